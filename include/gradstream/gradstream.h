@@ -1,0 +1,187 @@
+/*
+ * gradstream: gradient streaming and reduction between GPUs and hosts.
+ *
+ * The only exported surface of libgradstream. C99, opaque handles, NCCL-like semantics:
+ * one communicator per process group; collectives are called by every rank of the
+ * communicator in the same order with matching arguments.
+ *
+ * Thread safety: distinct communicators may be used from distinct threads concurrently. Calls
+ * on one communicator are serialized by the library (a second caller waits for the first);
+ * gs_comm_abort() may be called from any thread at any time.
+ *
+ * Errors: every function returns gs_status_t. On failure, gs_last_error() returns a message
+ * for the calling thread naming the argument or peer at fault. Output parameters are written
+ * only on success.
+ */
+#ifndef GRADSTREAM_GRADSTREAM_H_
+#define GRADSTREAM_GRADSTREAM_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gradstream/export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** ABI version of this header; gs_*_create functions reject another major version. */
+#define GS_VERSION_MAJOR 0
+#define GS_VERSION_MINOR 1
+#define GS_VERSION_PATCH 0
+#define GS_API_VERSION (GS_VERSION_MAJOR * 10000 + GS_VERSION_MINOR * 100 + GS_VERSION_PATCH)
+
+/** Status codes. GS_OK is zero, errors are negative. */
+typedef enum {
+  GS_OK = 0,
+  GS_IN_PROGRESS = 1,            /**< a non-blocking operation has not finished yet */
+  GS_ERR_INVALID_ARGUMENT = -1,  /**< an argument (named in gs_last_error) is invalid */
+  GS_ERR_UNSUPPORTED = -2,       /**< not available in this build or on this machine */
+  GS_ERR_NO_MEMORY = -3,
+  GS_ERR_SYSTEM = -4,            /**< an operating system or device call failed */
+  GS_ERR_REMOTE = -5,            /**< a peer failed, disconnected or sent invalid data */
+  GS_ERR_TIMEOUT = -6,           /**< a deadline passed */
+  GS_ERR_ABORTED = -7,           /**< gs_comm_abort() was called */
+  GS_ERR_INTERNAL = -8
+} gs_status_t;
+
+typedef enum {
+  GS_FLOAT32 = 0,
+  GS_FLOAT16 = 1,
+  GS_BFLOAT16 = 2,
+  GS_FLOAT64 = 3,
+  GS_INT32 = 4,
+  GS_INT64 = 5,
+  GS_UINT8 = 6
+} gs_dtype_t;
+
+typedef enum { GS_SUM = 0, GS_AVG = 1, GS_MIN = 2, GS_MAX = 3, GS_PROD = 4 } gs_redop_t;
+
+typedef struct gs_comm_s* gs_comm_t;
+typedef struct gs_request_s* gs_request_t;
+
+/**
+ * Opaque bootstrap token made by rank 0 with gs_get_unique_id() and shared with the other
+ * ranks by the launcher (like ncclUniqueId). Carries rank 0's rendezvous address and a random
+ * communicator secret: only ranks holding it can join. Treat it as a credential.
+ */
+#define GS_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[GS_UNIQUE_ID_BYTES];
+} gs_unique_id_t;
+
+/**
+ * Communicator configuration. Versioned: struct_size is the first field and new fields are
+ * only ever added at the end. Fill with gs_config_init() before setting fields. Fields left
+ * unset (NULL strings, negative numbers) take the library default. Environment variables
+ * (GS_TRANSPORT, GS_TIMEOUT_MS, GS_CHUNK_BYTES, ...) override these fields.
+ */
+typedef struct {
+  size_t struct_size;
+  const char* transport;  /**< "auto" (default), "tcp", "loopback" (threads as ranks) */
+  int64_t timeout_ms;     /**< deadline for every wait; default 60000 */
+  int64_t chunk_bytes;    /**< pipeline chunk size; default 1 MiB */
+  const char* codec;      /**< wire codec; "raw" is the only one in this version */
+  const char* metrics_address; /**< Prometheus exporter address; reserved */
+  int64_t slots_per_peer; /**< receive slots (chunks in flight) per peer; default 8 */
+  int64_t sockets_per_peer; /**< tcp sockets per peer; default 2 */
+} gs_config_t;
+
+/** Fills *config with "unset" for every field. Returns GS_ERR_INVALID_ARGUMENT for NULL. */
+GS_API gs_status_t gs_config_init(gs_config_t* config);
+
+/** Human-readable name of a status code; never NULL. */
+GS_API const char* gs_status_string(gs_status_t status);
+
+/** Message describing the calling thread's last failure; "" if none. Never NULL. */
+GS_API const char* gs_last_error(void);
+
+/** Library version as "major.minor.patch". */
+GS_API const char* gs_version_string(void);
+
+/**
+ * Creates a unique id on rank 0 and starts its rendezvous listener (on the interface named by
+ * GS_SOCKET_IFNAME, loopback when unset). The listener lives until rank 0 joins with
+ * gs_comm_init_rank() and every rank has registered, or until the timeout passes.
+ */
+GS_API gs_status_t gs_get_unique_id(gs_unique_id_t* out_id);
+
+/**
+ * Creates a communicator of nranks ranks; blocks until all ranks have joined (collective).
+ * config may be NULL for defaults.
+ */
+GS_API gs_status_t gs_comm_init_rank_version(gs_comm_t* out_comm, int nranks,
+                                             const gs_unique_id_t* id, int rank,
+                                             const gs_config_t* config, int api_version);
+static inline gs_status_t gs_comm_init_rank(gs_comm_t* out_comm, int nranks,
+                                            const gs_unique_id_t* id, int rank,
+                                            const gs_config_t* config) {
+  return gs_comm_init_rank_version(out_comm, nranks, id, rank, config, GS_API_VERSION);
+}
+
+/**
+ * Creates a communicator from the launcher's environment: RANK/WORLD_SIZE/MASTER_ADDR/
+ * MASTER_PORT (torchrun), SLURM_PROCID/SLURM_NTASKS (Slurm; MASTER_ADDR/PORT still needed),
+ * or OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE (mpirun). Rank 0 listens on MASTER_ADDR:
+ * MASTER_PORT. The communicator secret comes from GS_SECRET (recommended) and is otherwise
+ * derived from the rendezvous address, which a warning says.
+ */
+GS_API gs_status_t gs_comm_init_from_env_version(gs_comm_t* out_comm, const gs_config_t* config,
+                                                 int api_version);
+static inline gs_status_t gs_comm_init_from_env(gs_comm_t* out_comm, const gs_config_t* config) {
+  return gs_comm_init_from_env_version(out_comm, config, GS_API_VERSION);
+}
+
+GS_API gs_status_t gs_comm_rank(gs_comm_t comm, int* out_rank);
+GS_API gs_status_t gs_comm_size(gs_comm_t comm, int* out_size);
+
+/**
+ * Aborts the communicator: a collective blocked in another thread returns GS_ERR_ABORTED,
+ * peers are told, and every later call on comm fails with GS_ERR_ABORTED. Returns promptly.
+ * The communicator must still be destroyed with gs_comm_destroy().
+ */
+GS_API gs_status_t gs_comm_abort(gs_comm_t comm);
+
+/** Frees the communicator. gs_comm_destroy(NULL) is a no-op. Not collective. */
+GS_API gs_status_t gs_comm_destroy(gs_comm_t comm);
+
+/**
+ * Collectives. Buffers are host memory when cuda_stream is NULL (this build has no CUDA
+ * support and rejects a non-NULL stream with GS_ERR_UNSUPPORTED). Calls block until the
+ * result is in recvbuff on this rank. send == recv (in place) is allowed; for reduce-scatter
+ * in place means recv == send + rank * recvcount, for allgather send == recv + rank *
+ * sendcount (NCCL conventions). A count of 0 is a no-op that still checks its arguments.
+ */
+GS_API gs_status_t gs_allreduce(const void* sendbuff, void* recvbuff, size_t count,
+                                gs_dtype_t dtype, gs_redop_t op, gs_comm_t comm,
+                                struct CUstream_st* cuda_stream);
+GS_API gs_status_t gs_reduce_scatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                     gs_dtype_t dtype, gs_redop_t op, gs_comm_t comm,
+                                     struct CUstream_st* cuda_stream);
+GS_API gs_status_t gs_allgather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                gs_dtype_t dtype, gs_comm_t comm, struct CUstream_st* cuda_stream);
+/** sendbuff is read on root only (may be NULL elsewhere); recvbuff is written on every rank. */
+GS_API gs_status_t gs_broadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                gs_dtype_t dtype, int root, gs_comm_t comm,
+                                struct CUstream_st* cuda_stream);
+
+/**
+ * Non-blocking allreduce. Requests on one communicator complete in the order they were
+ * issued; a progress thread of the communicator runs them, so the caller may compute in the
+ * meantime. The buffers must stay valid until the request is complete.
+ */
+GS_API gs_status_t gs_iallreduce(const void* sendbuff, void* recvbuff, size_t count,
+                                 gs_dtype_t dtype, gs_redop_t op, gs_comm_t comm,
+                                 struct CUstream_st* cuda_stream, gs_request_t* out_request);
+/** *out_done = 1 when finished; returns the operation's status once finished. */
+GS_API gs_status_t gs_test(gs_request_t request, int* out_done);
+/** Waits up to timeout_ms (negative: the communicator's timeout); GS_ERR_TIMEOUT if still busy. */
+GS_API gs_status_t gs_wait(gs_request_t request, int timeout_ms);
+/** Frees a finished request. A request still running is waited for first. NULL is a no-op. */
+GS_API gs_status_t gs_request_free(gs_request_t request);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GRADSTREAM_GRADSTREAM_H_ */

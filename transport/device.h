@@ -1,0 +1,73 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/auth.h"
+#include "common/clock.h"
+#include "common/config.h"
+#include "transport/connection.h"
+#include "transport/memory.h"
+
+namespace gs::transport {
+
+struct DeviceProperties {
+  std::string name;            // "tcp", "loopback", "verbs:mlx5_0:1"
+  double bandwidthGbps = 0;    // nominal link speed
+  double latencyUs = 0;        // nominal one-way latency
+  bool supportsGpuMemory = false;
+  bool supportsDmaBuf = false;
+  size_t maxWriteBytes = 0;    // largest single postWrite payload
+};
+
+/// What a backend needs to open a device for one rank of one communicator.
+struct DeviceOptions {
+  int rank = 0;
+  int nranks = 1;
+  Secret secret{};           // peers prove they hold it when connecting
+  std::string bindAddress;   // local IP address to listen on (tcp); "127.0.0.1" by default
+  uint64_t fabricId = 0;     // loopback: devices with the same id in one process can connect
+  Config config;
+};
+
+/// One rank's endpoint of a transport: registers memory, publishes an address blob for the
+/// rendezvous, and connects to peers' blobs. Thread safety: registerMemory() and interrupt()
+/// are thread-safe; connect() and waitForActivity() are called by one thread at a time.
+/// Owned by the communicator; outlives its connections and memory regions.
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual DeviceProperties properties() const = 0;
+
+  /// Registers [data, data + bytes) for use as a write source or target. Throws on failure.
+  virtual std::unique_ptr<MemoryRegion> registerMemory(void* data, size_t bytes) = 0;
+
+  /// Opaque blob that peers pass to connect() to reach this device.
+  virtual std::vector<uint8_t> address() const = 0;
+
+  /// Connects to peer (both sides call it, each with the other's blob). Blocks until the
+  /// connection is authenticated and ready or the deadline passes (kTimeout naming the peer).
+  virtual std::unique_ptr<Connection> connect(int peer, std::span<const uint8_t> peerAddress,
+                                              Deadline deadline) = 0;
+
+  /// Blocks until some connection of this device may have progress to make, interrupt() is
+  /// called, or maxWait passes. Spurious returns are allowed.
+  virtual void waitForActivity(std::chrono::microseconds maxWait) = 0;
+
+  /// Wakes a thread blocked in waitForActivity(). Callable from any thread.
+  virtual void interrupt() = 0;
+};
+
+/// Opens the named backend ("tcp", "loopback"). Throws kUnsupported for a backend not built in
+/// or not usable on this machine, kInvalidArgument for an unknown name.
+std::unique_ptr<Device> createDevice(const std::string& name, const DeviceOptions& options);
+
+/// Resolves "auto" to the best backend available here, logging why once.
+std::string resolveTransportName(const std::string& requested);
+
+}  // namespace gs::transport
