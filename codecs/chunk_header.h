@@ -1,0 +1,81 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gs::codecs {
+
+/// Wire format of one chunk: this 64-byte header, then metaBytes of codec metadata (scales,
+/// indices; none for raw), then payloadBytes of encoded elements. Every chunk is
+/// self-describing so a receiver decodes whatever codec arrives, and validates everything
+/// before use: bytes from the network are untrusted.
+///
+///   offset size field
+///   0      4    magic          'G','S','C','K'
+///   4      2    version        kChunkVersion
+///   6      1    codec          CodecId
+///   7      1    dtype          gs::DataType of the decoded elements
+///   8      4    collectiveId   per-communicator sequence number of the collective
+///   12     2    step           schedule step that sent it
+///   14     2    flags          reserved, 0
+///   16     8    sequence       per-link chunk sequence number
+///   24     4    chunkIndex     index of the chunk within its step
+///   28     4    elementCount   decoded elements in this chunk
+///   32     4    metaBytes      codec metadata bytes after the header
+///   36     4    payloadBytes   encoded element bytes after the metadata
+///   40     8    elementOffset  first element within the step's segment
+///   48     8    totalCount     the collective's count argument (detects mismatched calls)
+///   56     1    collective     stream::CollectiveKind
+///   57     1    reduceOp       gs::ReduceOp
+///   58     6    reserved       0
+/// Little-endian (every supported host is).
+struct ChunkHeader {
+  uint32_t magic;
+  uint16_t version;
+  uint8_t codec;
+  uint8_t dtype;
+  uint32_t collectiveId;
+  uint16_t step;
+  uint16_t flags;
+  uint64_t sequence;
+  uint32_t chunkIndex;
+  uint32_t elementCount;
+  uint32_t metaBytes;
+  uint32_t payloadBytes;
+  uint64_t elementOffset;
+  uint64_t totalCount;
+  uint8_t collective;
+  uint8_t reduceOp;
+  uint8_t reserved[6];
+};
+static_assert(sizeof(ChunkHeader) == 64, "chunk header is 64 bytes on the wire");
+static_assert(offsetof(ChunkHeader, sequence) == 16 && offsetof(ChunkHeader, elementOffset) == 40,
+              "chunk header layout");
+
+inline constexpr uint32_t kChunkMagic = 0x4b435347;  // "GSCK" little-endian
+inline constexpr uint16_t kChunkVersion = 1;
+
+enum class CodecId : uint8_t { kRaw = 0 };
+
+/// What the receiver expects of the next chunk on a link.
+struct ChunkExpectation {
+  uint32_t collectiveId;
+  uint16_t step;
+  uint8_t dtype;
+  uint64_t sequence;
+  uint32_t chunkIndex;
+  uint32_t elementCount;
+  uint64_t elementOffset;
+  uint64_t totalCount;
+  uint8_t collective;
+  uint8_t reduceOp;
+  size_t elementSize;
+};
+
+/// Checks a received header against what the schedule expects and against the number of
+/// bytes that actually arrived. Returns nullptr when valid, else a static string naming the
+/// first mismatching field (the caller adds peer and values to the message).
+const char* validateChunk(const ChunkHeader& header, const ChunkExpectation& expected,
+                          size_t bytesArrived);
+
+}  // namespace gs::codecs

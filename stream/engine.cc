@@ -1,0 +1,413 @@
+#include "stream/engine.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "codecs/chunk_header.h"
+#include "codecs/reduce.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "stream/plan.h"
+
+namespace gs::stream {
+namespace {
+
+using transport::Completion;
+using transport::CompletionKind;
+using transport::PostResult;
+
+// WorkId layout: kind in the top byte, link index, op index.
+enum class WorkKind : uint64_t { kData = 1, kCredit = 2, kAbort = 3 };
+constexpr transport::WorkId workId(WorkKind kind, size_t link, size_t index) {
+  return (static_cast<uint64_t>(kind) << 56) | (static_cast<uint64_t>(link) << 40) | index;
+}
+constexpr WorkKind workKind(transport::WorkId id) { return static_cast<WorkKind>(id >> 56); }
+constexpr size_t workLink(transport::WorkId id) { return (id >> 40) & 0xffff; }
+constexpr size_t workIndex(transport::WorkId id) { return id & ((uint64_t{1} << 40) - 1); }
+
+// Busy-poll this many idle rounds before blocking in the transport: small collectives finish
+// without a sleep/wake-up, long waits do not burn a core the kernel's TCP copy needs.
+constexpr int kSpinRounds = 32;
+
+}  // namespace
+
+// Execution state of one collective.
+struct Engine::Run {
+  struct LinkRun {
+    Link* link;
+    Plan::LinkQueues* queues;
+    uint64_t sendBase, recvBase;  // link sequence numbers of the first chunk of this collective
+    size_t posted = 0, completed = 0, processed = 0, releasedHere = 0;
+    std::vector<uint8_t> sendDone;
+  };
+
+  Engine& engine;
+  const CollectiveArgs& args;
+  Plan plan;
+  std::vector<LinkRun> links;
+  size_t elementSize;
+  uint32_t collectiveId;
+  std::array<Completion, 64> completions;
+
+  Run(Engine& e, const CollectiveArgs& a, uint32_t id)
+      : engine(e), args(a), elementSize(elementSize_(a.dtype)), collectiveId(id) {}
+  static size_t elementSize_(DataType t) { return gs::elementSize(t); }
+
+  [[noreturn]] void fail(Errc code, int blamedRank, const std::string& what) {
+    engine.notifyPeers(blamedRank);
+    throw Error(code, formatString("%s #%u on rank %d: %s", collectiveName(args.kind), collectiveId,
+                                   engine.rank_, what.c_str()));
+  }
+
+  bool satisfied(uint32_t begin, uint32_t end) const {
+    for (uint32_t i = begin; i < end; ++i) {
+      const Dependency& d = plan.deps[i];
+      const LinkRun& l = links[d.link];
+      if ((d.onSend ? l.completed : l.processed) < d.count) return false;
+    }
+    return true;
+  }
+
+  bool postSends(size_t li) {
+    LinkRun& lr = links[li];
+    Link& link = *lr.link;
+    bool progress = false;
+    while (lr.posted < lr.queues->sends.size()) {
+      SendOp& op = lr.queues->sends[lr.posted];
+      if (!link.hasCredit() || !satisfied(op.depBegin, op.depEnd)) break;
+      const uint64_t seq = link.sendSequence;
+      const size_t slot = link.slotOf(seq);
+      if (link.headerBusy[slot]) break;
+      auto* h = reinterpret_cast<codecs::ChunkHeader*>(link.headerStaging(slot));
+      memset(h, 0, sizeof(*h));
+      h->magic = codecs::kChunkMagic;
+      h->version = codecs::kChunkVersion;
+      h->codec = static_cast<uint8_t>(codecs::CodecId::kRaw);
+      h->dtype = static_cast<uint8_t>(args.dtype);
+      h->collectiveId = collectiveId;
+      h->step = op.step;
+      h->sequence = seq;
+      h->chunkIndex = op.chunkIndex;
+      h->elementCount = op.count;
+      h->payloadBytes = static_cast<uint32_t>(op.count * elementSize);
+      h->elementOffset = op.elementOffset;
+      h->totalCount = args.count;
+      h->collective = static_cast<uint8_t>(args.kind);
+      h->reduceOp = static_cast<uint8_t>(args.op);
+
+      transport::LocalSegment segs[2];
+      segs[0] = {&link.headerRegion(), slot * 64, sizeof(codecs::ChunkHeader)};
+      size_t nsegs = 1;
+      if (op.count > 0) {
+        if (op.forwardLink >= 0) {
+          LinkRun& from = links[op.forwardLink];
+          const size_t fslot = from.link->slotOf(from.recvBase + op.forwardIndex);
+          segs[1] = {&from.link->recvSlotsRegion(), fslot * from.link->layout().slotBytes() + 64,
+                     h->payloadBytes};
+        } else {
+          segs[1] = {op.region, op.regionOffset, h->payloadBytes};
+        }
+        nsegs = 2;
+      }
+      const size_t dstOffset = slot * link.layout().slotBytes();
+      PostResult r = link.connection().postWrite(
+          std::span<const transport::LocalSegment>(segs, nsegs), link.peerSlots, dstOffset,
+          makeImm(ImmTag::kData, static_cast<uint32_t>(slot)), workId(WorkKind::kData, li, lr.posted));
+      if (r == PostResult::kWouldBlock) break;
+      if (r == PostResult::kError) connectionFailed(li);
+      link.headerBusy[slot] = 1;
+      ++link.sendSequence;
+      ++lr.posted;
+      engine.stats_.chunksSent++;
+      engine.stats_.bytesSent += sizeof(codecs::ChunkHeader) + h->payloadBytes;
+      progress = true;
+    }
+    return progress;
+  }
+
+  void onSendComplete(size_t li, size_t index) {
+    LinkRun& lr = links[li];
+    if (index >= lr.posted || lr.sendDone[index]) fail(Errc::kInternal, engine.rank_, "stray send completion");
+    lr.sendDone[index] = 1;
+    Link& link = *lr.link;
+    link.headerBusy[link.slotOf(lr.sendBase + index)] = 0;
+    const SendOp& op = lr.queues->sends[index];
+    if (op.forwardLink >= 0) links[op.forwardLink].queues->recvs[op.forwardIndex].forwardDone = true;
+    while (lr.completed < lr.posted && lr.sendDone[lr.completed]) ++lr.completed;
+  }
+
+  bool processRecvs(size_t li) {
+    LinkRun& lr = links[li];
+    Link& link = *lr.link;
+    bool progress = false;
+    while (lr.processed < lr.queues->recvs.size()) {
+      RecvOp& op = lr.queues->recvs[lr.processed];
+      const uint64_t seq = lr.recvBase + lr.processed;
+      const size_t slot = link.slotOf(seq);
+      const uint32_t arrived = link.arrivedBytes[slot];
+      if (arrived == Link::kNotArrived || !satisfied(op.depBegin, op.depEnd)) break;
+      uint8_t* base = link.slot(slot);
+      codecs::ChunkHeader h;
+      memcpy(&h, base, sizeof(h));
+      codecs::ChunkExpectation e{collectiveId, op.step, static_cast<uint8_t>(args.dtype), seq,
+                                 op.chunkIndex, op.count, op.elementOffset, args.count,
+                                 static_cast<uint8_t>(args.kind), static_cast<uint8_t>(args.op),
+                                 elementSize};
+      if (const char* why = codecs::validateChunk(h, e, arrived)) {
+        const bool mismatch = h.magic == codecs::kChunkMagic && h.totalCount != args.count;
+        fail(mismatch ? Errc::kInvalidArgument : Errc::kRemote, link.peer(),
+             formatString("invalid chunk from rank %d (step %u, chunk %u): %s (received count %llu "
+                          "elements %u, expected count %zu elements %u)",
+                          link.peer(), op.step, op.chunkIndex, why,
+                          static_cast<unsigned long long>(h.totalCount), h.elementCount, args.count,
+                          op.count));
+      }
+      uint8_t* payload = base + sizeof(codecs::ChunkHeader);
+      switch (op.action) {
+        case RecvAction::kCopy: memcpy(op.dst, payload, op.count * elementSize); break;
+        case RecvAction::kReduce:
+          codecs::reduceInPlace(args.dtype, args.op, op.dst, payload, op.count);
+          break;
+        case RecvAction::kReduceWith:
+          codecs::reduceInto(args.dtype, args.op, op.dst, op.operand, payload, op.count);
+          break;
+        case RecvAction::kReduceToSlot:
+          codecs::reduceInto(args.dtype, args.op, payload, op.operand, payload, op.count);
+          break;
+      }
+      if (op.finalize) codecs::finalizeAverage(args.dtype, args.op, op.dst, op.count, engine.nranks_);
+      link.arrivedBytes[slot] = Link::kNotArrived;
+      op.processed = true;
+      ++lr.processed;
+      engine.stats_.chunksReceived++;
+      progress = true;
+    }
+    return progress;
+  }
+
+  // Releases processed chunks (in order; a forwarded one once its forward left) and tells the
+  // peer with one cumulative credit message.
+  bool returnCredits(size_t li) {
+    LinkRun& lr = links[li];
+    Link& link = *lr.link;
+    bool progress = false;
+    while (lr.releasedHere < lr.processed) {
+      const RecvOp& op = lr.queues->recvs[lr.releasedHere];
+      if (op.forwarded && !op.forwardDone) break;
+      ++lr.releasedHere;
+      ++link.released;
+      progress = true;
+    }
+    if (link.released != link.creditAdvertised) {
+      PostResult r = link.connection().postWrite(
+          {}, link.peerSlots, 0, makeImm(ImmTag::kCredit, static_cast<uint32_t>(link.released)),
+          workId(WorkKind::kCredit, li, 0));
+      if (r == PostResult::kError) connectionFailed(li);
+      if (r == PostResult::kOk) {
+        link.creditAdvertised = link.released;
+        progress = true;
+      }
+    }
+    return progress;
+  }
+
+  [[noreturn]] void connectionFailed(size_t li) {
+    Link& link = *links[li].link;
+    std::string why = link.connection().errorMessage();
+    fail(Errc::kRemote, link.peer(),
+         formatString("connection to rank %d failed: %s", link.peer(),
+                      why.empty() ? "unknown error" : why.c_str()));
+  }
+
+  bool pollLink(size_t li) {
+    Link& link = *links[li].link;
+    bool progress = false;
+    for (;;) {
+      const size_t n = link.connection().poll(completions);
+      for (size_t i = 0; i < n; ++i) {
+        const Completion& c = completions[i];
+        switch (c.kind) {
+          case CompletionKind::kError: connectionFailed(li);
+          case CompletionKind::kWrite:
+            if (c.status != Errc::kOk) connectionFailed(li);
+            if (workKind(c.id) == WorkKind::kData) onSendComplete(workLink(c.id), workIndex(c.id));
+            break;
+          case CompletionKind::kRemoteWrite: onRemoteWrite(li, c); break;
+          case CompletionKind::kSend:
+          case CompletionKind::kRecv: break;  // not used by the chunk protocol
+        }
+      }
+      progress |= n > 0;
+      if (n < completions.size()) break;
+    }
+    return progress;
+  }
+
+  void onRemoteWrite(size_t li, const Completion& c) {
+    Link& link = *links[li].link;
+    const uint32_t payload = c.imm & kImmPayloadMask;
+    switch (immTag(c.imm)) {
+      case ImmTag::kData:
+        if (payload >= link.layout().slots || link.arrivedBytes[payload] != Link::kNotArrived) {
+          fail(Errc::kRemote, link.peer(),
+               formatString("rank %d wrote into slot %u, which is not free", link.peer(), payload));
+        }
+        link.arrivedBytes[payload] = c.length;
+        break;
+      case ImmTag::kCredit: link.applyCredit(payload); break;
+      case ImmTag::kAbort:
+        fail(Errc::kRemote, static_cast<int>(payload),
+             formatString("rank %u failed (reported by rank %d)", payload, link.peer()));
+      default:
+        fail(Errc::kRemote, link.peer(), formatString("rank %d sent an unknown message", link.peer()));
+    }
+  }
+
+  bool done() const {
+    for (const LinkRun& l : links) {
+      if (l.completed < l.queues->sends.size() || l.releasedHere < l.queues->recvs.size() ||
+          l.link->creditAdvertised != l.link->released) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // What the collective is waiting for, for the timeout message.
+  std::string waitingFor() const {
+    for (const LinkRun& l : links) {
+      if (l.processed < l.queues->recvs.size()) {
+        const RecvOp& op = l.queues->recvs[l.processed];
+        return formatString("waiting for chunk %u of step %u from rank %d", op.chunkIndex, op.step,
+                            l.link->peer());
+      }
+    }
+    for (const LinkRun& l : links) {
+      if (l.posted < l.queues->sends.size() || l.completed < l.posted) {
+        return formatString("waiting to send to rank %d (credits from it: %llu of %llu chunks)",
+                            l.link->peer(), static_cast<unsigned long long>(l.link->peerReleased),
+                            static_cast<unsigned long long>(l.link->sendSequence));
+      }
+    }
+    return "waiting to return credits";
+  }
+
+  int blamedPeer() const {
+    for (const LinkRun& l : links) {
+      if (l.processed < l.queues->recvs.size()) return l.link->peer();
+    }
+    return links.empty() ? engine.rank_ : links.front().link->peer();
+  }
+
+  void execute() {
+    auto lastProgress = Clock::now();
+    const auto timeout = std::chrono::milliseconds(engine.config_.timeoutMs);
+    int idle = 0;
+    for (;;) {
+      bool progress = false;
+      for (size_t li = 0; li < links.size(); ++li) progress |= pollLink(li);
+      for (size_t li = 0; li < links.size(); ++li) {
+        progress |= processRecvs(li);
+        progress |= returnCredits(li);
+        progress |= postSends(li);
+      }
+      if (done()) return;
+      if (engine.abortFlag_.load(std::memory_order_relaxed)) {
+        engine.notifyPeers(engine.rank_);
+        throw Error(Errc::kAborted, formatString("%s #%u on rank %d: communicator aborted",
+                                                 collectiveName(args.kind), collectiveId,
+                                                 engine.rank_));
+      }
+      const auto now = Clock::now();
+      if (progress) {
+        lastProgress = now;
+        idle = 0;
+        continue;
+      }
+      if (now - lastProgress > timeout) {
+        fail(Errc::kTimeout, blamedPeer(),
+             formatString("no progress for %lld ms, %s", static_cast<long long>(engine.config_.timeoutMs),
+                          waitingFor().c_str()));
+      }
+      if (++idle > kSpinRounds) {
+        auto left = std::chrono::duration_cast<std::chrono::microseconds>(timeout - (now - lastProgress));
+        engine.device_.waitForActivity(std::min(left, std::chrono::microseconds(2000)));
+      }
+    }
+  }
+};
+
+Engine::Engine(int rank, int nranks, transport::Device& device, std::vector<Link*> linksByPeer,
+               const Config& config, const std::atomic<bool>& abortFlag)
+    : rank_(rank), nranks_(nranks), device_(device), links_(std::move(linksByPeer)),
+      config_(config), abortFlag_(abortFlag) {}
+
+Engine::~Engine() = default;
+
+void Engine::run(const CollectiveArgs& args) {
+  const uint32_t id = collectiveId_++;
+  stats_ = {};
+  const Schedule schedule = buildSchedule(args.kind, rank_, nranks_, args.root, args.count);
+  const size_t esize = elementSize(args.dtype);
+  const auto* send = static_cast<const uint8_t*>(args.send);
+  auto* recv = static_cast<uint8_t*>(args.recv);
+
+  for (const auto& [src, dst] : schedule.localCopies) {
+    const uint8_t* from = (src.buffer == BufferId::kSend ? send : recv) + src.offset * esize;
+    uint8_t* to = (dst.buffer == BufferId::kSend ? const_cast<uint8_t*>(send) : recv) + dst.offset * esize;
+    if (from != to && src.count > 0) memmove(to, from, src.count * esize);
+  }
+  if (schedule.steps.empty()) return;
+
+  // Registration is per call here (cheap for tcp and loopback); the verbs backend will put a
+  // cache behind registerMemory.
+  std::unique_ptr<transport::MemoryRegion> sendRegion, recvRegion;
+  if (schedule.sendCount > 0) {
+    sendRegion = device_.registerMemory(const_cast<uint8_t*>(send), schedule.sendCount * esize);
+  }
+  if (schedule.recvCount > 0) recvRegion = device_.registerMemory(recv, schedule.recvCount * esize);
+
+  Run run(*this, args, id);
+  const size_t chunkElements = std::max<size_t>(1, static_cast<size_t>(config_.chunkBytes) / esize);
+  run.plan = buildPlan({&schedule, send, recv, sendRegion.get(), recvRegion.get(), esize, chunkElements});
+  run.links.reserve(run.plan.links.size());
+  for (auto& q : run.plan.links) {
+    Link* link = q.peer >= 0 && q.peer < nranks_ ? links_[q.peer] : nullptr;
+    GS_CHECK(link != nullptr && link->connected(), Errc::kInternal,
+             "no connection to rank %d for %s", q.peer, collectiveName(args.kind));
+    Run::LinkRun lr{link, &q, link->sendSequence, link->recvSequence};
+    lr.sendDone.assign(q.sends.size(), 0);
+    run.links.push_back(std::move(lr));
+  }
+  run.execute();
+  for (auto& lr : run.links) lr.link->recvSequence += lr.queues->recvs.size();
+}
+
+void Engine::notifyPeers(int originRank) noexcept {
+  if (notified_) return;
+  notified_ = true;
+  for (Link* link : links_) {
+    if (link == nullptr || !link->connected()) continue;
+    // Best effort: a full queue or a dead connection just means this peer learns by timeout.
+    if (link->connection().postWrite({}, link->peerSlots, 0,
+                                     makeImm(ImmTag::kAbort, static_cast<uint32_t>(originRank)),
+                                     workId(WorkKind::kAbort, 0, 0)) != PostResult::kOk) {
+      continue;
+    }
+    // Drive the connection until the notice has left (it may queue behind data), briefly.
+    const Deadline flushBy = Deadline::after(std::chrono::milliseconds(100));
+    transport::Completion sink[16];
+    bool sent = false;
+    while (!sent && !flushBy.expired()) {
+      const size_t n = link->connection().poll(sink);
+      for (size_t i = 0; i < n; ++i) {
+        sent |= sink[i].kind == CompletionKind::kError ||
+                (sink[i].kind == CompletionKind::kWrite && workKind(sink[i].id) == WorkKind::kAbort);
+      }
+      if (n == 0) device_.waitForActivity(std::chrono::microseconds(1000));
+    }
+  }
+}
+
+}  // namespace gs::stream

@@ -1,0 +1,75 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/types.h"
+#include "stream/link.h"
+#include "stream/schedule.h"
+#include "transport/device.h"
+
+namespace gs::stream {
+
+/// One collective call as the engine sees it. Buffers are host memory.
+struct CollectiveArgs {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+};
+
+/// Figures of the last collective (for tools and, later, metrics).
+struct CollectiveStats {
+  uint64_t chunksSent = 0;
+  uint64_t bytesSent = 0;      // payload + headers
+  uint64_t chunksReceived = 0;
+};
+
+/// Runs collectives as schedules over the links of one communicator: cuts steps into chunks,
+/// posts each chunk as one write-with-immediate into the peer's receive slot as soon as its
+/// dependencies and the peer's credits allow, reduces arrivals into place, forwards slots
+/// without copying, and returns credits. Many chunks are in flight per link; every wait has a
+/// deadline (no progress for Config::timeoutMs fails the collective naming the peer).
+///
+/// Errors: a failed connection, an invalid chunk, an abort notice from a peer, the timeout or
+/// the abort flag throw gs::Error; the engine first tells its peers (best effort) so every rank
+/// fails promptly, and the communicator must not run further collectives.
+///
+/// Not thread-safe: the communicator runs one collective at a time. Does not own the device or
+/// the links; they outlive it.
+class Engine {
+ public:
+  /// linksByPeer[p] is the link to rank p or null.
+  Engine(int rank, int nranks, transport::Device& device, std::vector<Link*> linksByPeer,
+         const Config& config, const std::atomic<bool>& abortFlag);
+  ~Engine();
+
+  void run(const CollectiveArgs& args);
+
+  /// Tells every connected peer that the communicator failed (origin: the rank at fault).
+  void notifyPeers(int originRank) noexcept;
+
+  const CollectiveStats& lastStats() const { return stats_; }
+  uint32_t collectivesRun() const { return collectiveId_; }
+
+ private:
+  struct Run;
+  int rank_;
+  int nranks_;
+  transport::Device& device_;
+  std::vector<Link*> links_;
+  Config config_;
+  const std::atomic<bool>& abortFlag_;
+  uint32_t collectiveId_ = 0;
+  CollectiveStats stats_;
+  bool notified_ = false;
+};
+
+}  // namespace gs::stream

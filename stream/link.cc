@@ -1,0 +1,40 @@
+#include "stream/link.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace gs::stream {
+namespace {
+
+uint8_t* allocatePages(size_t bytes) {
+  void* p = nullptr;
+  GS_CHECK(posix_memalign(&p, 4096, bytes) == 0, Errc::kNoMemory,
+           "cannot allocate %zu bytes of receive slots", bytes);
+  memset(p, 0, bytes);
+  return static_cast<uint8_t*>(p);
+}
+
+}  // namespace
+
+void Link::FreeDeleter::operator()(uint8_t* p) const noexcept { free(p); }
+
+Link::Link(int peer, transport::Device& device, const SlotLayout& layout)
+    : arrivedBytes(layout.slots, kNotArrived),
+      headerBusy(layout.slots, 0),
+      peer_(peer),
+      layout_(layout),
+      recvSlots_(allocatePages(layout.slots * layout.slotBytes())),
+      headers_(allocatePages(layout.slots * 64)) {
+  recvSlotsMr_ = device.registerMemory(recvSlots_.get(), layout.slots * layout.slotBytes());
+  headersMr_ = device.registerMemory(headers_.get(), layout.slots * 64);
+}
+
+void Link::attach(std::unique_ptr<transport::Connection> connection,
+                  const transport::RemoteKey& slots) {
+  connection_ = std::move(connection);
+  peerSlots = slots;
+}
+
+}  // namespace gs::stream

@@ -1,0 +1,87 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "transport/device.h"
+
+namespace gs::stream {
+
+/// Layout of the receive slots every rank keeps for each peer that sends to it.
+struct SlotLayout {
+  size_t slots = 8;           // chunks in flight per direction
+  size_t chunkBytes = 1 << 20;
+  /// Bytes per slot: chunk header plus chunk, rounded up to a page.
+  size_t slotBytes() const { return (64 + chunkBytes + 4095) / 4096 * 4096; }
+};
+
+/// Imm encoding of the messages of the chunk protocol (32 bits): the top 2 bits say what it is.
+///   kData:   low bits = receive slot index the chunk landed in
+///   kCredit: low 30 bits = cumulative number of chunks the receiver has released (mod 2^30)
+///   kAbort:  low bits = rank that failed first (the collective is abandoned)
+enum class ImmTag : uint32_t { kData = 0, kCredit = 1, kAbort = 2 };
+inline constexpr uint32_t kImmPayloadMask = (1u << 30) - 1;
+inline uint32_t makeImm(ImmTag tag, uint32_t payload) {
+  return (static_cast<uint32_t>(tag) << 30) | (payload & kImmPayloadMask);
+}
+inline ImmTag immTag(uint32_t imm) { return static_cast<ImmTag>(imm >> 30); }
+
+/// State of the chunk protocol with one peer, both directions, kept for the communicator's
+/// lifetime: receive slots (registered, written by the peer), staging for outgoing chunk
+/// headers, sequence numbers and credits. Sequence numbers run on across collectives, so a
+/// peer may start the next collective while this rank finishes the current one.
+/// Owned by the communicator; used by one thread at a time (the one running a collective).
+class Link {
+ public:
+  Link(int peer, transport::Device& device, const SlotLayout& layout);
+
+  int peer() const { return peer_; }
+  const SlotLayout& layout() const { return layout_; }
+
+  /// Key of this rank's receive slots for the peer (travels through the rendezvous).
+  transport::RemoteKey recvSlotsKey() const { return recvSlotsMr_->remoteKey(); }
+  void attach(std::unique_ptr<transport::Connection> connection, const transport::RemoteKey& peerSlots);
+
+  transport::Connection& connection() { return *connection_; }
+  bool connected() const { return connection_ != nullptr; }
+
+  // Receive side.
+  uint8_t* slot(size_t index) { return recvSlots_.get() + index * layout_.slotBytes(); }
+  const transport::MemoryRegion& recvSlotsRegion() const { return *recvSlotsMr_; }
+  size_t slotOf(uint64_t sequence) const { return sequence % layout_.slots; }
+  std::vector<uint32_t> arrivedBytes;  // per slot; kNotArrived when empty
+  static constexpr uint32_t kNotArrived = 0xffffffffu;
+  uint64_t recvSequence = 0;    // next chunk sequence expected from the peer
+  uint64_t released = 0;        // chunks released back to the peer (cumulative)
+  uint64_t creditAdvertised = 0;
+
+  // Send side.
+  transport::RemoteKey peerSlots;
+  uint64_t sendSequence = 0;    // next chunk sequence to send
+  uint64_t peerReleased = 0;    // credits: chunks the peer has released
+  uint8_t* headerStaging(size_t index) { return headers_.get() + index * 64; }
+  const transport::MemoryRegion& headerRegion() const { return *headersMr_; }
+  std::vector<uint8_t> headerBusy;  // per slot: a posted write still reads its header
+
+  /// Applies a credit message's 30-bit cumulative count.
+  void applyCredit(uint32_t payload) {
+    peerReleased += (payload - static_cast<uint32_t>(peerReleased)) & kImmPayloadMask;
+  }
+  bool hasCredit() const { return sendSequence - peerReleased < layout_.slots; }
+
+ private:
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const noexcept;
+  };
+
+  int peer_;
+  SlotLayout layout_;
+  std::unique_ptr<uint8_t, FreeDeleter> recvSlots_;
+  std::unique_ptr<uint8_t, FreeDeleter> headers_;
+  std::unique_ptr<transport::MemoryRegion> recvSlotsMr_;
+  std::unique_ptr<transport::MemoryRegion> headersMr_;
+  std::unique_ptr<transport::Connection> connection_;
+};
+
+}  // namespace gs::stream

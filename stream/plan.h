@@ -1,0 +1,76 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/types.h"
+#include "stream/schedule.h"
+#include "transport/memory.h"
+
+namespace gs::stream {
+
+/// A condition a chunk waits for: on link `link`, at least `count` sends completed (onSend) or
+/// `count` receives processed.
+struct Dependency {
+  uint16_t link;
+  bool onSend;
+  uint32_t count;
+};
+
+struct SendOp {
+  uint16_t step;
+  uint32_t chunkIndex;
+  uint64_t elementOffset;  // within the step's segment
+  uint32_t count;
+  const uint8_t* source = nullptr;  // null when forwarding
+  const transport::MemoryRegion* region = nullptr;
+  size_t regionOffset = 0;
+  int32_t forwardLink = -1;  // forwards recvs[forwardIndex] of that link
+  uint32_t forwardIndex = 0;
+  uint32_t depBegin = 0, depEnd = 0;
+};
+
+struct RecvOp {
+  uint16_t step;
+  uint32_t chunkIndex;
+  uint64_t elementOffset;
+  uint32_t count;
+  RecvAction action;
+  bool finalize;
+  bool forwarded = false;    // a later send forwards this chunk from its slot
+  uint8_t* dst = nullptr;
+  const uint8_t* operand = nullptr;
+  uint32_t depBegin = 0, depEnd = 0;
+  // Progress.
+  bool processed = false;
+  bool forwardDone = false;
+};
+
+/// The chunk-level program of one collective on one rank: per link an ordered send queue and
+/// an ordered receive queue, with the dependencies that make in-place and pipelined execution
+/// safe (a chunk reads memory only after the chunks writing it landed, and overwrites memory
+/// only after the chunks reading it left). Built once per call, outside the data path.
+struct Plan {
+  struct LinkQueues {
+    int peer;
+    std::vector<SendOp> sends;
+    std::vector<RecvOp> recvs;
+  };
+  std::vector<LinkQueues> links;
+  std::vector<Dependency> deps;
+};
+
+/// Where the schedule's buffers are and how chunks are cut.
+struct PlanInput {
+  const Schedule* schedule;
+  const uint8_t* send;
+  uint8_t* recv;
+  const transport::MemoryRegion* sendRegion;
+  const transport::MemoryRegion* recvRegion;
+  size_t elementSize;
+  size_t chunkElements;
+};
+
+Plan buildPlan(const PlanInput& input);
+
+}  // namespace gs::stream

@@ -1,0 +1,181 @@
+#include "stream/schedule.h"
+
+#include "common/error.h"
+
+namespace gs::stream {
+namespace {
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+// Reduce-scatter over blocks segment(j), ending with block `rank` reduced into dst.
+// Step k (0..N-2): send block (r-k-1) (from the send buffer at k = 0, else forwarded), receive
+// block (r-k-2), reduce it with our own contribution; the last step lands in finalDst.
+template <class SegmentFn>
+void appendReduceScatter(Schedule& s, SegmentFn segment, BufferRange finalDst, bool finalize) {
+  const int r = s.rank, n = s.nranks, right = mod(r + 1, n), left = mod(r - 1, n);
+  for (int k = 0; k + 1 < n; ++k) {
+    Step st;
+    st.sendPeer = right;
+    if (k == 0) {
+      st.send = segment(BufferId::kSend, mod(r - 1, n));
+    } else {
+      st.sendForwardsPrevious = true;
+    }
+    st.recvPeer = left;
+    const int block = mod(r - k - 2, n);
+    st.operand = segment(BufferId::kSend, block);
+    st.recvCount = st.operand.count;
+    if (k + 2 == n) {
+      st.action = RecvAction::kReduceWith;
+      st.dst = finalDst;
+      st.finalize = finalize;
+    } else {
+      st.action = RecvAction::kReduceToSlot;
+    }
+    s.steps.push_back(st);
+  }
+}
+
+// Allgather over blocks segment(j) of the recv buffer; our own block must already be in place
+// (or is sent from ownSource). Step k: send block (r-k), receive block (r-k-1) and keep it
+// for forwarding unless it is the last step.
+template <class SegmentFn>
+void appendAllGather(Schedule& s, SegmentFn segment, BufferRange ownSource) {
+  const int r = s.rank, n = s.nranks, right = mod(r + 1, n), left = mod(r - 1, n);
+  for (int k = 0; k + 1 < n; ++k) {
+    Step st;
+    st.sendPeer = right;
+    if (k == 0) {
+      st.send = ownSource;
+    } else {
+      st.sendForwardsPrevious = true;
+    }
+    st.recvPeer = left;
+    st.action = RecvAction::kCopy;
+    st.dst = segment(BufferId::kRecv, mod(r - k - 1, n));
+    st.recvCount = st.dst.count;
+    s.steps.push_back(st);
+  }
+}
+
+Schedule base(CollectiveKind kind, int rank, int nranks, int root, size_t count) {
+  GS_CHECK(nranks >= 1 && rank >= 0 && rank < nranks, Errc::kInvalidArgument,
+           "rank %d out of range for %d ranks", rank, nranks);
+  Schedule s;
+  s.kind = kind;
+  s.rank = rank;
+  s.nranks = nranks;
+  s.root = root;
+  s.count = count;
+  return s;
+}
+
+}  // namespace
+
+const char* collectiveName(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce: return "allreduce";
+    case CollectiveKind::kReduceScatter: return "reduce_scatter";
+    case CollectiveKind::kAllGather: return "allgather";
+    case CollectiveKind::kBroadcast: return "broadcast";
+  }
+  return "unknown";
+}
+
+BufferRange ringSegment(BufferId buffer, size_t count, int n, int j) {
+  const size_t base = count / static_cast<size_t>(n), extra = count % static_cast<size_t>(n);
+  const size_t uj = static_cast<size_t>(j);
+  BufferRange range;
+  range.buffer = buffer;
+  range.offset = uj * base + (uj < extra ? uj : extra);
+  range.count = base + (uj < extra ? 1 : 0);
+  return range;
+}
+
+Schedule ringAllReduce(int rank, int nranks, size_t count) {
+  Schedule s = base(CollectiveKind::kAllReduce, rank, nranks, 0, count);
+  s.sendCount = s.recvCount = count;
+  auto segment = [&](BufferId b, int j) { return ringSegment(b, count, nranks, j); };
+  if (nranks == 1) {
+    s.localCopies.push_back({segment(BufferId::kSend, 0), segment(BufferId::kRecv, 0)});
+    return s;
+  }
+  appendReduceScatter(s, segment, segment(BufferId::kRecv, rank), true);
+  appendAllGather(s, segment, segment(BufferId::kRecv, rank));
+  return s;
+}
+
+Schedule ringReduceScatter(int rank, int nranks, size_t count) {
+  Schedule s = base(CollectiveKind::kReduceScatter, rank, nranks, 0, count);
+  s.sendCount = count * static_cast<size_t>(nranks);
+  s.recvCount = count;
+  auto block = [&](BufferId b, int j) {
+    return BufferRange{b, b == BufferId::kSend ? static_cast<size_t>(j) * count : 0, count};
+  };
+  if (nranks == 1) {
+    s.localCopies.push_back({block(BufferId::kSend, 0), block(BufferId::kRecv, 0)});
+    return s;
+  }
+  appendReduceScatter(s, block, BufferRange{BufferId::kRecv, 0, count}, true);
+  return s;
+}
+
+Schedule ringAllGather(int rank, int nranks, size_t count) {
+  Schedule s = base(CollectiveKind::kAllGather, rank, nranks, 0, count);
+  s.sendCount = count;
+  s.recvCount = count * static_cast<size_t>(nranks);
+  auto block = [&](BufferId b, int j) {
+    return BufferRange{b, b == BufferId::kRecv ? static_cast<size_t>(j) * count : 0, count};
+  };
+  BufferRange own{BufferId::kSend, 0, count};
+  s.localCopies.push_back({own, block(BufferId::kRecv, rank)});
+  if (nranks > 1) appendAllGather(s, block, own);
+  return s;
+}
+
+Schedule chainBroadcast(int rank, int nranks, int root, size_t count) {
+  GS_CHECK(root >= 0 && root < nranks, Errc::kInvalidArgument,
+           "root %d out of range for %d ranks", root, nranks);
+  Schedule s = base(CollectiveKind::kBroadcast, rank, nranks, root, count);
+  s.sendCount = rank == root ? count : 0;
+  s.recvCount = count;
+  const int pos = mod(rank - root, nranks);  // position along the chain
+  const int right = mod(rank + 1, nranks), left = mod(rank - 1, nranks);
+  const BufferRange all{BufferId::kRecv, 0, count};
+  if (pos == 0) {
+    s.localCopies.push_back({BufferRange{BufferId::kSend, 0, count}, all});
+    if (nranks > 1) {
+      Step st;
+      st.sendPeer = right;
+      st.send = BufferRange{BufferId::kSend, 0, count};
+      s.steps.push_back(st);
+    }
+    return s;
+  }
+  Step recv;
+  recv.recvPeer = left;
+  recv.action = RecvAction::kCopy;
+  recv.dst = all;
+  recv.recvCount = count;
+  s.steps.push_back(recv);
+  if (pos + 1 < nranks) {
+    Step fwd;
+    fwd.sendPeer = right;
+    fwd.sendForwardsPrevious = true;
+    s.steps.push_back(fwd);
+  }
+  return s;
+}
+
+Schedule buildSchedule(CollectiveKind kind, int rank, int nranks, int root, size_t count) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce: return ringAllReduce(rank, nranks, count);
+    case CollectiveKind::kReduceScatter: return ringReduceScatter(rank, nranks, count);
+    case CollectiveKind::kAllGather: return ringAllGather(rank, nranks, count);
+    case CollectiveKind::kBroadcast: return chainBroadcast(rank, nranks, root, count);
+  }
+  GS_CHECK(false, Errc::kInvalidArgument, "unknown collective kind");
+  return {};
+}
+
+}  // namespace gs::stream
