@@ -1,0 +1,12 @@
+#include "transport/loopback/memory.h"
+
+#include <utility>
+
+namespace gs::transport::loopback {
+
+MemoryRegion::MemoryRegion(void* data, size_t size, std::shared_ptr<RegionTable> table)
+    : transport::MemoryRegion(data, size), table_(std::move(table)), id_(table_->add(data, size)) {}
+
+MemoryRegion::~MemoryRegion() { table_->remove(id_); }
+
+}  // namespace gs::transport::loopback

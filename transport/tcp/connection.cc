@@ -1,0 +1,363 @@
+#include "transport/tcp/connection.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "transport/tcp/device.h"
+
+namespace gs::transport::tcp {
+namespace {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+// Buffers gathered into one writev. Asio passes at most 64 to the kernel per call.
+constexpr size_t kMaxIov = 64;
+// Work bounds per socket per poll(): enough to keep a link busy, small enough that one busy
+// socket cannot starve the others or the caller.
+constexpr int kWritesPerPoll = 4;
+constexpr int kReadsPerPoll = 16;
+// Room for incoming frames beyond our own ops and posted receives.
+constexpr size_t kExtraCompletions = 256;
+
+bool wouldBlock(const error_code& ec) {
+  return ec == asio::error::would_block || ec == asio::error::try_again;
+}
+
+}  // namespace
+
+Connection::Connection(Device& device, int peer, std::string peerAddress,
+                       std::vector<Socket> sockets, std::shared_ptr<RegionTable> regions)
+    : device_(device),
+      peer_(peer),
+      peerAddress_(std::move(peerAddress)),
+      regions_(std::move(regions)),
+      completions_(sockets.size() * kOpsPerSocket + kMaxPostedRecvs + kExtraCompletions),
+      recvs_(kMaxPostedRecvs) {
+  for (Socket& s : sockets) {
+    auto ch = std::make_unique<Channel>(std::move(s));
+    ch->fd.store(ch->socket.native_handle());
+    channels_.push_back(std::move(ch));
+  }
+  for (auto& ch : channels_) updateEvents(*ch);
+  device_.attach(this);
+}
+
+Connection::~Connection() {
+  device_.detach(this);
+  for (auto& ch : channels_) {
+    error_code ec;
+    ch->fd.store(-1);
+    ch->socket.close(ec);
+  }
+}
+
+void Connection::fail(Errc status, std::string message) {
+  if (failed_) return;
+  failed_ = true;
+  failStatus_ = status;
+  error_ = std::move(message);
+  GS_LOG_DEBUG("tcp: %s", error_.c_str());
+  // Close every socket so the peer learns at once, and stop waiting on them.
+  for (auto& ch : channels_) {
+    error_code ec;
+    ch->fd.store(-1);
+    ch->events.store(0);
+    ch->socket.close(ec);
+  }
+}
+
+void Connection::failIo(const error_code& ec) {
+  if (ec == asio::error::eof) {
+    fail(Errc::kRemote, formatString("connection to rank %d (%s) closed by peer", peer_,
+                                     peerAddress_.c_str()));
+  } else if (ec == asio::error::connection_reset || ec == asio::error::broken_pipe) {
+    fail(Errc::kRemote, formatString("connection to rank %d (%s) reset by peer", peer_,
+                                     peerAddress_.c_str()));
+  } else {
+    fail(Errc::kRemote, formatString("connection to rank %d (%s) failed: %s", peer_,
+                                     peerAddress_.c_str(), ec.message().c_str()));
+  }
+}
+
+PostResult Connection::enqueue(const SendOp& op) {
+  // Least-loaded socket with room; equal loads rotate so small messages spread too.
+  Channel* best = nullptr;
+  const size_t n = channels_.size();
+  for (size_t k = 0; k < n; ++k) {
+    Channel& ch = *channels_[(nextChannel_ + k) % n];
+    if (ch.ops.full()) continue;
+    if (!best || ch.queuedBytes < best->queuedBytes) best = &ch;
+  }
+  if (!best) return PostResult::kWouldBlock;
+  nextChannel_ = (nextChannel_ + 1) % n;
+  best->ops.push(op);
+  best->queuedBytes += op.total;
+  // Write eagerly: a small message leaves now instead of at the next poll.
+  flush(*best);
+  if (failed_) return PostResult::kError;
+  updateEvents(*best);
+  return PostResult::kOk;
+}
+
+PostResult Connection::postWrite(std::span<const LocalSegment> segments, const RemoteKey& dst,
+                                 uint64_t dstOffset, uint32_t imm, WorkId id) {
+  if (failed_) return PostResult::kError;
+  if (segments.size() > kMaxSegments) {
+    fail(Errc::kInvalidArgument, formatString("postWrite to rank %d with %zu segments (at most "
+                                              "%zu)", peer_, segments.size(), kMaxSegments));
+    return PostResult::kError;
+  }
+  SendOp op;
+  op.id = id;
+  op.kind = CompletionKind::kWrite;
+  uint64_t payload = 0;
+  for (const LocalSegment& s : segments) {
+    op.segData[op.segments] = s.length ? s.data() : nullptr;
+    op.segLen[op.segments] = s.length;
+    ++op.segments;
+    payload += s.length;
+  }
+  if (payload > kMaxFrameBytes) {
+    fail(Errc::kInvalidArgument, formatString("postWrite of %llu bytes to rank %d exceeds the "
+                                              "tcp limit of %u", static_cast<unsigned long long>(payload),
+                                              peer_, kMaxFrameBytes));
+    return PostResult::kError;
+  }
+  op.header = FrameHeader{static_cast<uint8_t>(FrameType::kWrite), {}, imm, RegionTable::idOf(dst),
+                          static_cast<uint32_t>(payload), dstOffset};
+  op.total = sizeof(FrameHeader) + payload;
+  return enqueue(op);
+}
+
+PostResult Connection::postSend(const LocalSegment& segment, WorkId id) {
+  if (failed_) return PostResult::kError;
+  if (segment.length > kMaxFrameBytes) {
+    fail(Errc::kInvalidArgument, formatString("postSend of %zu bytes to rank %d exceeds the tcp "
+                                              "limit of %u", segment.length, peer_, kMaxFrameBytes));
+    return PostResult::kError;
+  }
+  SendOp op;
+  op.id = id;
+  op.kind = CompletionKind::kSend;
+  op.segments = 1;
+  op.segData[0] = segment.length ? segment.data() : nullptr;
+  op.segLen[0] = segment.length;
+  op.header = FrameHeader{static_cast<uint8_t>(FrameType::kSend), {}, 0, 0,
+                          static_cast<uint32_t>(segment.length), 0};
+  op.total = sizeof(FrameHeader) + segment.length;
+  return enqueue(op);
+}
+
+PostResult Connection::postRecv(const LocalSegment& segment, WorkId id) {
+  if (failed_) return PostResult::kError;
+  if (!recvs_.push(PostedRecv{const_cast<uint8_t*>(segment.data()), segment.length, id})) {
+    return PostResult::kWouldBlock;
+  }
+  return PostResult::kOk;
+}
+
+void Connection::retire(Channel& ch) {
+  while (ch.unwritten > 0 && !completions_.full()) {
+    SendOp& op = ch.ops.front();
+    completions_.push(Completion{op.id, op.kind, Errc::kOk, 0,
+                                 static_cast<uint32_t>(op.total - sizeof(FrameHeader))});
+    ch.queuedBytes -= op.total;
+    ch.ops.pop();
+    --ch.unwritten;
+  }
+}
+
+void Connection::flush(Channel& ch) {
+  retire(ch);
+  std::array<asio::const_buffer, kMaxIov> bufs;
+  for (int round = 0; round < kWritesPerPoll && ch.unwritten < ch.ops.size(); ++round) {
+    size_t nb = 0;
+    size_t gathered = 0;
+    for (size_t i = ch.unwritten; i < ch.ops.size() && nb + 1 + kMaxSegments <= kMaxIov; ++i) {
+      SendOp& op = ch.ops.at(i);
+      size_t skip = op.written;  // bytes of this op already with the kernel
+      auto add = [&](const void* p, size_t len) {
+        if (len <= skip) {
+          skip -= len;
+          return;
+        }
+        bufs[nb++] = asio::const_buffer(static_cast<const uint8_t*>(p) + skip, len - skip);
+        gathered += len - skip;
+        skip = 0;
+      };
+      add(&op.header, sizeof(FrameHeader));
+      for (uint8_t s = 0; s < op.segments; ++s) add(op.segData[s], op.segLen[s]);
+    }
+    error_code ec;
+    size_t n = ch.socket.write_some(std::span<const asio::const_buffer>(bufs.data(), nb), ec);
+    if (wouldBlock(ec)) break;
+    if (ec) {
+      failIo(ec);
+      return;
+    }
+    for (size_t left = n; left > 0 && ch.unwritten < ch.ops.size();) {
+      SendOp& op = ch.ops.at(ch.unwritten);
+      size_t take = std::min(left, op.total - op.written);
+      op.written += take;
+      left -= take;
+      if (op.written == op.total) ++ch.unwritten;
+    }
+    if (n < gathered) break;  // the socket buffer is full
+  }
+  retire(ch);
+}
+
+bool Connection::startFrame(Channel& ch) {
+  const FrameHeader h = ch.header;
+  ch.headerGot = 0;
+  if (h.reserved[0] | h.reserved[1] | h.reserved[2]) {
+    fail(Errc::kRemote, formatString("peer rank %d sent an invalid frame: reserved bytes are "
+                                     "not zero", peer_));
+    return false;
+  }
+  if (h.length > kMaxFrameBytes) {
+    fail(Errc::kRemote, formatString("peer rank %d sent an invalid frame: length %u exceeds "
+                                     "the limit of %u", peer_, h.length, kMaxFrameBytes));
+    return false;
+  }
+  if (h.type == static_cast<uint8_t>(FrameType::kSend)) {
+    ch.sendLength = h.length;
+    ch.state = RecvState::kWaitRecv;
+    return recvs_.empty() || startSend(ch);
+  }
+  if (h.type != static_cast<uint8_t>(FrameType::kWrite)) {
+    fail(Errc::kRemote, formatString("peer rank %d sent an invalid frame: unknown type %u", peer_,
+                                     h.type));
+    return false;
+  }
+  RegionTable::Entry region;
+  if (!regions_->find(h.regionId, &region)) {
+    fail(Errc::kRemote, formatString("peer rank %d sent an invalid frame: region id %u is not "
+                                     "registered", peer_, h.regionId));
+    return false;
+  }
+  if (h.offset > region.size || h.length > region.size - h.offset) {
+    fail(Errc::kRemote, formatString("peer rank %d sent an invalid frame: %u bytes at offset "
+                                     "%llu are outside region %u of %zu bytes", peer_, h.length,
+                                     static_cast<unsigned long long>(h.offset), h.regionId,
+                                     region.size));
+    return false;
+  }
+  ch.payloadAt = region.data + h.offset;
+  ch.payloadLeft = h.length;
+  ch.landing = Completion{0, CompletionKind::kRemoteWrite, Errc::kOk, h.imm, h.length};
+  ch.state = RecvState::kPayload;
+  return true;
+}
+
+bool Connection::startSend(Channel& ch) {
+  PostedRecv recv = recvs_.front();
+  if (ch.sendLength > recv.length) {
+    fail(Errc::kRemote, formatString("peer rank %d sent an invalid frame: send of %u bytes "
+                                     "exceeds the posted receive buffer of %zu", peer_,
+                                     ch.sendLength, recv.length));
+    return false;
+  }
+  recvs_.pop();
+  ch.payloadAt = recv.data;
+  ch.payloadLeft = ch.sendLength;
+  ch.landing = Completion{recv.id, CompletionKind::kRecv, Errc::kOk, 0, ch.sendLength};
+  ch.state = RecvState::kPayload;
+  return true;
+}
+
+void Connection::receive(Channel& ch) {
+  auto* headerBytes = reinterpret_cast<uint8_t*>(&ch.header);
+  for (int i = 0; i < kReadsPerPoll && !failed_; ++i) {
+    if (ch.state == RecvState::kWaitRecv) {
+      if (recvs_.empty() || !startSend(ch)) return;
+    }
+    if (ch.state == RecvState::kPayload && ch.payloadLeft == 0) {
+      if (completions_.full()) return;  // resume when the caller has polled
+      completions_.push(ch.landing);
+      ch.state = RecvState::kHeader;
+      continue;
+    }
+    if (ch.state == RecvState::kHeader && ch.headerGot == sizeof(FrameHeader)) {
+      if (!startFrame(ch)) return;
+      continue;
+    }
+    error_code ec;
+    size_t n;
+    if (ch.state == RecvState::kHeader) {
+      n = ch.socket.read_some(
+          asio::buffer(headerBytes + ch.headerGot, sizeof(FrameHeader) - ch.headerGot), ec);
+    } else {
+      // The payload lands in place; the next header rides along in the same readv, which
+      // saves a system call per message without copying any payload.
+      std::array<asio::mutable_buffer, 2> bufs{asio::buffer(ch.payloadAt, ch.payloadLeft),
+                                               asio::buffer(headerBytes, sizeof(FrameHeader))};
+      n = ch.socket.read_some(bufs, ec);
+    }
+    if (wouldBlock(ec)) return;
+    if (ec) {
+      failIo(ec);
+      return;
+    }
+    if (ch.state == RecvState::kHeader) {
+      ch.headerGot += n;
+    } else {
+      size_t take = std::min(n, ch.payloadLeft);
+      ch.payloadAt += take;
+      ch.payloadLeft -= take;
+      ch.headerGot = n - take;
+    }
+  }
+}
+
+void Connection::updateEvents(Channel& ch) {
+  short ev = 0;
+  bool blocked = completions_.full() || (ch.state == RecvState::kWaitRecv && recvs_.empty());
+  if (!blocked) ev |= POLLIN;
+  if (ch.unwritten < ch.ops.size()) ev |= POLLOUT;
+  ch.events.store(ev, std::memory_order_relaxed);
+}
+
+size_t Connection::poll(std::span<Completion> out) {
+  if (!failed_) {
+    for (auto& ch : channels_) {
+      if (failed_) break;
+      flush(*ch);
+      if (!failed_) receive(*ch);
+    }
+  }
+  size_t n = 0;
+  while (n < out.size() && !completions_.empty()) {
+    out[n++] = completions_.front();
+    completions_.pop();
+  }
+  if (failed_) {
+    if (!errorReported_ && n < out.size()) {
+      errorReported_ = true;
+      out[n++] = Completion{0, CompletionKind::kError, failStatus_, 0, 0};
+    }
+  } else {
+    // Finished writes may be waiting for completion-queue room freed just now.
+    for (auto& ch : channels_) {
+      retire(*ch);
+      updateEvents(*ch);
+    }
+  }
+  return n;
+}
+
+std::string Connection::errorMessage() const { return failed_ ? error_ : std::string(); }
+
+void Connection::appendPollFds(std::vector<pollfd>& fds) const {
+  for (const auto& ch : channels_) {
+    int fd = ch->fd.load(std::memory_order_relaxed);
+    if (fd >= 0) fds.push_back(pollfd{fd, ch->events.load(std::memory_order_relaxed), 0});
+  }
+}
+
+}  // namespace gs::transport::tcp

@@ -1,0 +1,110 @@
+#pragma once
+
+#include <poll.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/connection.h"
+#include "transport/region_table.h"
+#include "transport/ring.h"
+#include "transport/tcp/handshake.h"
+#include "transport/tcp/wire.h"
+
+namespace gs::transport::tcp {
+
+class Device;
+
+/// One rank's end of a tcp connection: several non-blocking sockets to the same peer. Each
+/// message (frame header + payload) goes whole on one socket, the least loaded; the header and
+/// the payload segments leave in one writev, and the receiver reads payloads straight into the
+/// registered target region. Bounded rings (ops per socket, posted receives, completions) are
+/// sized at construction, so posting and polling never allocate or throw.
+///
+/// Owned by the caller; used by one thread at a time, except appendPollFds(), which the
+/// device's waitForActivity() may call from another thread. Must be destroyed before its
+/// Device; destroying it closes the sockets, which the peer sees as "closed by peer".
+class Connection final : public transport::Connection {
+ public:
+  static constexpr size_t kOpsPerSocket = 64;
+  static constexpr size_t kMaxPostedRecvs = 256;
+
+  Connection(Device& device, int peer, std::string peerAddress, std::vector<Socket> sockets,
+             std::shared_ptr<RegionTable> regions);
+  ~Connection() override;
+
+  int peer() const override { return peer_; }
+  PostResult postWrite(std::span<const LocalSegment> segments, const RemoteKey& dst,
+                       uint64_t dstOffset, uint32_t imm, WorkId id) override;
+  PostResult postSend(const LocalSegment& segment, WorkId id) override;
+  PostResult postRecv(const LocalSegment& segment, WorkId id) override;
+  size_t poll(std::span<Completion> out) override;
+  std::string errorMessage() const override;
+
+  /// Appends each live socket with the events it waits for. Thread-safe (reads atomics only).
+  void appendPollFds(std::vector<pollfd>& fds) const;
+
+ private:
+  struct SendOp {
+    WorkId id = 0;
+    CompletionKind kind = CompletionKind::kWrite;
+    uint8_t segments = 0;
+    FrameHeader header{};
+    const uint8_t* segData[kMaxSegments] = {};
+    size_t segLen[kMaxSegments] = {};
+    size_t total = 0;  // header + payload bytes
+    size_t written = 0;
+  };
+  struct PostedRecv {
+    uint8_t* data = nullptr;
+    size_t length = 0;
+    WorkId id = 0;
+  };
+  enum class RecvState : uint8_t { kHeader, kPayload, kWaitRecv };
+  // One socket with its send queue and receive state machine.
+  struct Channel {
+    explicit Channel(Socket s) : socket(std::move(s)), ops(kOpsPerSocket) {}
+    Socket socket;
+    std::atomic<int> fd{-1};        // -1 once closed; read by appendPollFds
+    std::atomic<short> events{0};  // what waitForActivity should wait for
+    Ring<SendOp> ops;
+    size_t unwritten = 0;  // index in ops of the first op not yet fully written
+    size_t queuedBytes = 0;
+    RecvState state = RecvState::kHeader;
+    FrameHeader header{};   // the frame being received (or the next, while a payload lands)
+    size_t headerGot = 0;
+    uint32_t sendLength = 0;  // a send frame waiting for a posted receive
+    uint8_t* payloadAt = nullptr;
+    size_t payloadLeft = 0;
+    Completion landing{};  // reported when the payload is complete
+  };
+
+  PostResult enqueue(const SendOp& op);
+  // Writes as much queued data as the kernel takes (bounded) and retires finished ops.
+  void flush(Channel& ch);
+  void retire(Channel& ch);
+  // Reads and dispatches incoming frames (bounded).
+  void receive(Channel& ch);
+  bool startFrame(Channel& ch);
+  bool startSend(Channel& ch);
+  void updateEvents(Channel& ch);
+  void failIo(const boost::system::error_code& ec);
+  void fail(Errc status, std::string message);
+
+  Device& device_;
+  const int peer_;
+  const std::string peerAddress_;
+  std::shared_ptr<RegionTable> regions_;
+  std::vector<std::unique_ptr<Channel>> channels_;
+  Ring<Completion> completions_;
+  Ring<PostedRecv> recvs_;
+  size_t nextChannel_ = 0;  // round-robin start for choosing among equally loaded sockets
+  bool failed_ = false;
+  bool errorReported_ = false;
+  Errc failStatus_ = Errc::kOk;
+  std::string error_;
+};
+
+}  // namespace gs::transport::tcp

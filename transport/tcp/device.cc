@@ -1,0 +1,195 @@
+#include "transport/tcp/device.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "transport/tcp/connection.h"
+#include "transport/tcp/memory.h"
+#include "transport/tcp/wire.h"
+
+namespace gs::transport::tcp {
+namespace {
+
+namespace asio = boost::asio;
+
+constexpr int kMaxSocketsPerPeer = 64;
+constexpr int kSetupPollMs = 50;
+
+std::string endpointText(const asio::ip::tcp::endpoint& ep) {
+  boost::system::error_code ec;
+  std::string ip = ep.address().to_string(ec);
+  return (ep.address().is_v6() ? "[" + ip + "]" : ip) + ":" + std::to_string(ep.port());
+}
+
+}  // namespace
+
+Device::Device(const DeviceOptions& options) : regions_(std::make_shared<RegionTable>()) {
+  params_.rank = options.rank;
+  params_.nranks = options.nranks;
+  params_.secret = options.secret;
+  params_.socketsPerPeer = static_cast<int>(options.config.socketsPerPeer);
+  params_.handshakeTimeoutMs = options.config.timeoutMs;
+  GS_CHECK(params_.rank >= 0 && params_.rank < params_.nranks, Errc::kInvalidArgument,
+           "tcp device: rank %d outside [0, %d)", params_.rank, params_.nranks);
+  GS_CHECK(params_.socketsPerPeer >= 1 && params_.socketsPerPeer <= kMaxSocketsPerPeer,
+           Errc::kInvalidArgument, "tcp device: socketsPerPeer %lld outside [1, %d]",
+           static_cast<long long>(options.config.socketsPerPeer), kMaxSocketsPerPeer);
+  const std::string bind = options.bindAddress.empty() ? "127.0.0.1" : options.bindAddress;
+  boost::system::error_code ec;
+  asio::ip::address address = asio::ip::make_address(bind, ec);
+  GS_CHECK(!ec, Errc::kInvalidArgument, "tcp: bind address \"%s\" is not an IPv4 or IPv6 literal",
+           bind.c_str());
+  GS_CHECK(!address.is_unspecified(), Errc::kInvalidArgument,
+           "tcp: bind address %s is a wildcard; peers need a concrete address to dial",
+           bind.c_str());
+  listener_ = std::make_unique<Listener>(io_, address, params_);
+  eventFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  GS_CHECK_ERRNO(eventFd_);
+  GS_LOG_DEBUG("tcp: rank %d listening on %s", params_.rank,
+               endpointText(listener_->endpoint()).c_str());
+}
+
+Device::~Device() {
+  {
+    std::lock_guard lock(connectionsMutex_);
+    if (!connections_.empty()) {
+      GS_LOG_ERROR("tcp device destroyed with %zu live connections", connections_.size());
+    }
+  }
+  if (eventFd_ >= 0) ::close(eventFd_);
+}
+
+DeviceProperties Device::properties() const {
+  DeviceProperties p;
+  p.name = "tcp";
+  p.bandwidthGbps = 10;
+  p.latencyUs = 20;
+  p.maxWriteBytes = kMaxFrameBytes;
+  return p;
+}
+
+std::unique_ptr<transport::MemoryRegion> Device::registerMemory(void* data, size_t bytes) {
+  return std::make_unique<MemoryRegion>(data, bytes, regions_);
+}
+
+std::vector<uint8_t> Device::address() const {
+  const asio::ip::tcp::endpoint ep = listener_->endpoint();
+  AddressBlob blob{};
+  blob.magic = kAddressMagic;
+  blob.version = kWireVersion;
+  blob.port = ep.port();
+  blob.rank = params_.rank;
+  if (ep.address().is_v4()) {
+    blob.family = 4;
+    auto bytes = ep.address().to_v4().to_bytes();
+    std::memcpy(blob.address, bytes.data(), bytes.size());
+  } else {
+    blob.family = 6;
+    auto bytes = ep.address().to_v6().to_bytes();
+    std::memcpy(blob.address, bytes.data(), bytes.size());
+  }
+  std::vector<uint8_t> out(sizeof(blob));
+  std::memcpy(out.data(), &blob, sizeof(blob));
+  return out;
+}
+
+std::unique_ptr<transport::Connection> Device::connect(int peer,
+                                                       std::span<const uint8_t> peerAddress,
+                                                       Deadline deadline) {
+  AddressBlob blob{};
+  GS_CHECK(peerAddress.size() == sizeof(blob), Errc::kInvalidArgument,
+           "tcp connect to rank %d: address blob of %zu bytes, expected %zu", peer,
+           peerAddress.size(), sizeof(blob));
+  std::memcpy(&blob, peerAddress.data(), sizeof(blob));
+  GS_CHECK(blob.magic == kAddressMagic && blob.version == kWireVersion &&
+               (blob.family == 4 || blob.family == 6),
+           Errc::kInvalidArgument, "tcp connect to rank %d: not a tcp address blob (version %u)",
+           peer, blob.version);
+  GS_CHECK(blob.rank == peer && peer != params_.rank && peer >= 0 && peer < params_.nranks,
+           Errc::kInvalidArgument, "tcp connect: peer %d (blob says rank %d, we are %d of %d)",
+           peer, blob.rank, params_.rank, params_.nranks);
+  asio::ip::address address;
+  if (blob.family == 4) {
+    asio::ip::address_v4::bytes_type b;
+    std::memcpy(b.data(), blob.address, b.size());
+    address = asio::ip::address_v4(b);
+  } else {
+    asio::ip::address_v6::bytes_type b;
+    std::memcpy(b.data(), blob.address, b.size());
+    address = asio::ip::address_v6(b);
+  }
+  const asio::ip::tcp::endpoint endpoint(address, blob.port);
+  const std::string where = endpointText(endpoint);
+
+  std::vector<Socket> sockets;
+  if (params_.rank > peer) {
+    sockets = dial(io_, *listener_, params_, peer, endpoint, deadline);
+  } else {
+    std::vector<pollfd> fds;
+    const auto start = Clock::now();
+    for (;;) {
+      listener_->service();
+      if (listener_->take(peer, sockets)) break;
+      if (deadline.expired()) {
+        auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+        throw Error(Errc::kTimeout,
+                    formatString("tcp connect to rank %d (%s) timed out after %lld ms waiting "
+                                 "for it to dial in (%d of %d sockets arrived)", peer,
+                                 where.c_str(), static_cast<long long>(waited.count()),
+                                 listener_->arrived(peer), params_.socketsPerPeer));
+      }
+      fds.clear();
+      listener_->appendPollFds(fds);
+      ::poll(fds.data(), fds.size(), std::min(kSetupPollMs, std::max(deadline.remainingMs(), 1)));
+    }
+  }
+  GS_LOG_DEBUG("tcp: connected to rank %d (%s) with %zu sockets", peer, where.c_str(),
+               sockets.size());
+  return std::make_unique<Connection>(*this, peer, where, std::move(sockets), regions_);
+}
+
+void Device::attach(Connection* connection) {
+  std::lock_guard lock(connectionsMutex_);
+  connections_.push_back(connection);
+}
+
+void Device::detach(Connection* connection) {
+  std::lock_guard lock(connectionsMutex_);
+  connections_.erase(std::remove(connections_.begin(), connections_.end(), connection),
+                     connections_.end());
+}
+
+void Device::waitForActivity(std::chrono::microseconds maxWait) {
+  pollFds_.clear();
+  pollFds_.push_back(pollfd{eventFd_, POLLIN, 0});
+  {
+    std::lock_guard lock(connectionsMutex_);
+    for (Connection* c : connections_) c->appendPollFds(pollFds_);
+  }
+  if (maxWait.count() < 0) maxWait = std::chrono::microseconds(0);
+  timespec ts{static_cast<time_t>(maxWait.count() / 1000000),
+              static_cast<long>(maxWait.count() % 1000000) * 1000};
+  int n = ::ppoll(pollFds_.data(), pollFds_.size(), &ts, nullptr);
+  if (n > 0 && (pollFds_[0].revents & POLLIN)) {
+    uint64_t value;
+    // Drains the counter so the next wait blocks again; EAGAIN means someone else drained it.
+    if (::read(eventFd_, &value, sizeof(value)) < 0 && errno != EAGAIN) {
+      GS_LOG_DEBUG("tcp: eventfd read failed: %s", strerror(errno));
+    }
+  }
+}
+
+void Device::interrupt() {
+  uint64_t one = 1;
+  if (::write(eventFd_, &one, sizeof(one)) < 0 && errno != EAGAIN) {
+    GS_LOG_WARN("tcp: interrupt failed: %s", strerror(errno));
+  }
+}
+
+}  // namespace gs::transport::tcp

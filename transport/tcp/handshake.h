@@ -1,0 +1,83 @@
+#pragma once
+
+#include <poll.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include "common/auth.h"
+#include "common/clock.h"
+#include "transport/tcp/wire.h"
+
+namespace gs::transport::tcp {
+
+using Socket = boost::asio::ip::tcp::socket;
+
+/// What both ends of a handshake must agree on.
+struct HandshakeParams {
+  int rank = 0;
+  int nranks = 1;
+  int socketsPerPeer = 1;
+  Secret secret{};
+  int64_t handshakeTimeoutMs = 60000;  // a dialed-in socket must say hello within this
+};
+
+/// Applies the data-path socket options (TCP_NODELAY, buffer sizes); logs and carries on when
+/// the kernel refuses one, since they are tuning, not correctness.
+void tuneSocket(Socket& socket);
+
+/// The listening side of connection set-up. Accepts sockets, authenticates their hellos, acks
+/// them and stashes them by dialer rank until connect() for that rank collects them. It accepts
+/// hellos from any peer while a connect() waits for a particular one, so ranks may connect in
+/// any order without deadlock. Owned by the Device; called only from connect() (one thread).
+class Listener {
+ public:
+  Listener(boost::asio::io_context& io, const boost::asio::ip::address& bind,
+           const HandshakeParams& params);
+
+  boost::asio::ip::tcp::endpoint endpoint() const { return endpoint_; }
+
+  /// Accepts what is pending and advances handshakes. Never blocks.
+  void service();
+  /// Adds the listener and the sockets still in handshake to a poll set.
+  void appendPollFds(std::vector<pollfd>& fds) const;
+  /// How many sockets of peer have been authenticated so far.
+  int arrived(int peer) const;
+  /// Moves out peer's sockets, ordered by socket index, once all have arrived.
+  bool take(int peer, std::vector<Socket>& out);
+
+ private:
+  struct Pending {
+    explicit Pending(boost::asio::io_context& io) : socket(io) {}
+    Socket socket;
+    Hello* hello() { return reinterpret_cast<Hello*>(buffer); }
+    alignas(8) uint8_t buffer[sizeof(Hello)];
+    size_t got = 0;
+    std::string peerIp;
+    Clock::time_point since;
+  };
+  // Validates a complete hello; on success acks and stashes the socket. Returns why it was
+  // rejected, or an empty string.
+  std::string accept(Pending& pending);
+
+  boost::asio::io_context& io_;
+  HandshakeParams params_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::ip::tcp::endpoint endpoint_;
+  std::vector<std::unique_ptr<Pending>> pending_;
+  std::map<int, std::vector<std::unique_ptr<Socket>>> stash_;  // by dialer rank, by index
+};
+
+/// Dials peer (a lower rank) at endpoint with params.socketsPerPeer sockets, sends the hellos
+/// and waits for authenticated acks, servicing listener meanwhile. Throws kTimeout at the
+/// deadline and kRemote when the peer refuses us or fails authentication.
+std::vector<Socket> dial(boost::asio::io_context& io, Listener& listener,
+                         const HandshakeParams& params, int peer,
+                         const boost::asio::ip::tcp::endpoint& endpoint, Deadline deadline);
+
+}  // namespace gs::transport::tcp
