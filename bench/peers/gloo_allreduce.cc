@@ -20,7 +20,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <limits>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -148,6 +150,10 @@ int benchMain(int argc, char** argv) {
     // rather than behind a common interface.
     std::unique_ptr<gloo::AllreduceHalvingDoubling<float>> hd;
     if (o.algo == "halving_doubling") {
+      if (count > static_cast<size_t>(std::numeric_limits<int>::max())) {
+        throw std::runtime_error("AllreduceHalvingDoubling takes an int count; " +
+                                 std::to_string(bytes) + " B is too large");
+      }
       hd = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(
           ctx, std::vector<float*>{buf.data()}, static_cast<int>(count));
     }

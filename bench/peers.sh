@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# Runs gradstream-perf and the peers (Gloo ring, Gloo halving-doubling, OpenMPI over TCP) on this
+# machine in one go, all over 127.0.0.1, and prints per rank count a table of busbw and the ratio
+# gradstream / best peer. Raw outputs go to a results directory. See bench/README.md.
+#
+#   bench/peers.sh [options]
+#     -b SIZE        smallest size (default 1M)           -e SIZE   largest size (default 256M)
+#     -f FACTOR      size step (default 4)                 --ranks "2 4"  rank counts (default "2 4")
+#     -n N -w N      iterations / warm-up below --big-from (default 20 / 5)
+#     --big-from SIZE  sizes from here on use --big-n / --big-w (default 64M; 10 / 3)
+#     --peers "gloo_ring gloo_hd mpi_tcp"   which peers to run (default all three)
+#     --results DIR  where raw outputs go (default build/bench/results/<date>)
+#     --build DIR    where the peer programs are built (default build/bench)
+#     --timeout S    bound on each launch (default 300)
+#   GS_PERF=path     gradstream-perf (default build/tools/gradstream-perf); GS_PERF_ARGS=extra flags
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+
+min=1M max=256M factor=4 iters=20 warmup=5
+big_from=64M big_iters=10 big_warmup=3
+ranks="2 4"
+peers="gloo_ring gloo_hd mpi_tcp"
+build=$root/build/bench
+results=""
+limit=300
+gs_perf=${GS_PERF:-$root/build/tools/gradstream-perf}
+
+usage() { sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit "${1:-2}"; }
+while (($#)); do
+  case $1 in
+    -b) min=$2 ;;
+    -e) max=$2 ;;
+    -f) factor=$2 ;;
+    -n) iters=$2 ;;
+    -w) warmup=$2 ;;
+    --big-from) big_from=$2 ;;
+    --big-n) big_iters=$2 ;;
+    --big-w) big_warmup=$2 ;;
+    --ranks) ranks=$2 ;;
+    --peers) peers=$2 ;;
+    --results) results=$2 ;;
+    --build) build=$2 ;;
+    --timeout) limit=$2 ;;
+    -h|--help) usage 0 ;;
+    *) echo "peers.sh: unknown option $1" >&2; usage ;;
+  esac
+  shift 2 || usage
+done
+results=${results:-$build/results/$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$results" || exit 1
+
+"$here/build_peers.sh" "$build" || echo "peers.sh: some peers failed to build; running the rest" >&2
+
+# to_bytes SIZE: K/M/G suffixes (binary), as the programs take them.
+to_bytes() {
+  awk -v s="$1" 'BEGIN { m = 1; u = toupper(substr(s, length(s)));
+    if (u == "K") m = 2^10; else if (u == "M") m = 2^20; else if (u == "G") m = 2^30;
+    if (m > 1) s = substr(s, 1, length(s) - 1); printf "%d\n", s * m }'
+}
+# The sweep, as bench_common.h's bench_next_size computes it.
+sizes=$(awk -v b="$(to_bytes "$min")" -v e="$(to_bytes "$max")" -v f="$factor" 'BEGIN {
+  if (b < 4) b = 4; s = b - b % 4;
+  while (s <= e) { print s; n = int(s * f); if (n == s) n = s + 4; s = n - n % 4 } }')
+big_bytes=$(to_bytes "$big_from")
+small_sizes=() big_sizes=()
+for s in $sizes; do
+  if ((s < big_bytes)); then small_sizes+=("$s"); else big_sizes+=("$s"); fi
+done
+# Each program runs once per part: "-b first -e last -n .. -w .." flags for each non-empty part.
+parts=()
+((${#small_sizes[@]})) && parts+=("-b ${small_sizes[0]} -e ${small_sizes[-1]} -f $factor -n $iters -w $warmup")
+((${#big_sizes[@]})) && parts+=("-b ${big_sizes[0]} -e ${big_sizes[-1]} -f $factor -n $big_iters -w $big_warmup")
+((${#parts[@]})) || { echo "peers.sh: empty size range" >&2; exit 2; }
+
+# run_gloo N ALGO FLAGS...: N processes on a FileStore rendezvous; rank 0's table on stdout.
+# Each process is bounded by timeout and Gloo's own context timeout; when one rank fails the
+# others are ended (by their pids) instead of waiting for their timeouts.
+run_gloo() {
+  local n=$1 algo=$2 store pids=() rc=0 r pid fin st
+  shift 2
+  store=$(mktemp -d "$results/gloo_store.XXXXXX") || return 1
+  for ((r = 0; r < n; r++)); do
+    RANK=$r WORLD_SIZE=$n timeout -k 5 "$limit" "$build/gloo_allreduce" --algo "$algo" \
+      --store "$store" --timeout-s "$limit" "$@" > "$store.rank$r.out" 2>&1 &
+    pids+=($!)
+  done
+  while ((${#pids[@]})); do
+    wait -n -p fin "${pids[@]}"
+    st=$?
+    for r in "${!pids[@]}"; do [[ ${pids[r]} == "$fin" ]] && unset 'pids[r]'; done
+    if ((st != 0 && rc == 0)); then
+      rc=$st
+      for pid in "${pids[@]}"; do kill "$pid" 2> /dev/null; done
+    fi
+  done
+  cat "$store.rank0.out"
+  for ((r = 1; r < n; r++)); do cat "$store.rank$r.out" >&2; done
+  rm -rf "$store" "$store".rank*.out
+  return $rc
+}
+
+run_mpi_tcp() {
+  local n=$1
+  shift
+  timeout -k 10 "$limit" mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$n" \
+    --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
+    "$build/mpi_allreduce" "$@"
+}
+
+run_gs() {
+  local n=$1
+  shift
+  # shellcheck disable=SC2086  # GS_PERF_ARGS is a list of flags
+  MASTER_ADDR=127.0.0.1 timeout -k 10 "$limit" "$gs_perf" --ranks "$n" "$@" -c 1 ${GS_PERF_ARGS:-}
+}
+
+# run_one NAME N: every part of the sweep; raw output in $results/N<n>_<name>.txt.
+run_one() {
+  local name=$1 n=$2 out=$results/N$2_$1.txt part t0 rc=0
+  : > "$out"
+  t0=$SECONDS
+  for part in "${parts[@]}"; do
+    # shellcheck disable=SC2086  # part is a list of flags
+    case $name in
+      gradstream) run_gs "$n" $part ;;
+      gloo_ring) run_gloo "$n" ring $part ;;
+      gloo_hd) run_gloo "$n" halving_doubling $part ;;
+      mpi_tcp) run_mpi_tcp "$n" $part ;;
+    esac >> "$out" 2>> "$out.err" || rc=$?
+  done
+  [[ -s $out.err ]] && sed 's/^/    /' "$out.err" >&2
+  printf '  %-12s N=%d  %4ds  %s\n' "$name" "$n" $((SECONDS - t0)) \
+    "$( ((rc == 0)) && echo ok || echo "FAILED (rc $rc, see $out.err)")" >&2
+  [[ -s $out.err ]] || rm -f "$out.err"
+}
+
+# busbw_of FILE SIZE: busbw column of that size's row, with "!" when #wrong is not 0; "-" if none.
+busbw_of() {
+  [[ -f $1 ]] || { echo "-"; return; }
+  awk -v s="$2" '!/^#/ && $1 == s && NF >= 9 { v = $8; if ($9 != "0" && $9 != "N/A") v = v "!"; print v; f = 1; exit }
+    END { if (!f) print "-" }' "$1"
+}
+
+have_gs=1
+if [[ ! -x $gs_perf ]]; then
+  have_gs=0
+  echo "peers.sh: gradstream-perf not found at $gs_perf (set GS_PERF); running the peers only" >&2
+fi
+
+summary=$results/summary.txt
+{
+  echo "# peers.sh $(date -Is) on $(hostname), $(nproc) cores, $(uname -r)"
+  echo "# sizes: ${sizes//$'\n'/ } B; -n $iters -w $warmup below $big_from, -n $big_iters -w $big_warmup from it"
+  echo "# busbw in GB/s (GB = 1e9 B); '!' = the program reported wrong elements; '-' = no result"
+  echo "# best = best busbw of the peers run; ratio = gradstream / best"
+} | tee "$summary"
+
+start=$SECONDS
+for n in $ranks; do
+  echo "running N=$n" >&2
+  ((have_gs)) && run_one gradstream "$n"
+  for p in $peers; do run_one "$p" "$n"; done
+
+  {
+    echo
+    echo "## N=$n"
+    printf '%12s %11s' "size(B)" gradstream
+    for p in $peers; do printf ' %10s' "$p"; done
+    printf ' %10s %8s %7s\n' best_peer best ratio
+    for s in $sizes; do
+      gs=$(busbw_of "$results/N${n}_gradstream.txt" "$s")
+      printf '%12s %11s' "$s" "$gs"
+      best="-" best_name="-"
+      for p in $peers; do
+        v=$(busbw_of "$results/N${n}_$p.txt" "$s")
+        printf ' %10s' "$v"
+        if [[ $v != "-" && $v != *"!" ]] && { [[ $best == "-" ]] || awk -v a="$v" -v b="$best" 'BEGIN { exit !(a > b) }'; }; then
+          best=$v best_name=$p
+        fi
+      done
+      ratio="-"
+      if [[ $gs != "-" && $gs != *"!" && $best != "-" ]]; then
+        ratio=$(awk -v a="$gs" -v b="$best" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
+      fi
+      printf ' %10s %8s %7s\n' "$best_name" "$best" "$ratio"
+    done
+    for p in $( ((have_gs)) && echo gradstream) $peers; do
+      rss=$(awk '/^# peak_rss_kb/ { if ($3 > m) m = $3 } END { if (m) print m }' "$results/N${n}_$p.txt" 2> /dev/null)
+      [[ -n $rss ]] && printf '# peak_rss_kb %-11s %s\n' "$p" "$rss"
+    done
+  } | tee -a "$summary"
+done
+echo | tee -a "$summary"
+echo "# total $((SECONDS - start)) s; raw outputs in $results" | tee -a "$summary"
