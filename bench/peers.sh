@@ -122,6 +122,7 @@ run_one() {
   : > "$out"
   t0=$SECONDS
   for part in "${parts[@]}"; do
+    echo "# peers.sh: $name N=$n $part" >> "$out"
     # shellcheck disable=SC2086  # part is a list of flags
     case $name in
       gradstream) run_gs "$n" $part ;;
@@ -132,7 +133,7 @@ run_one() {
   done
   [[ -s $out.err ]] && sed 's/^/    /' "$out.err" >&2
   printf '  %-12s N=%d  %4ds  %s\n' "$name" "$n" $((SECONDS - t0)) \
-    "$( ((rc == 0)) && echo ok || echo "FAILED (rc $rc, see $out.err)")" >&2
+    "$( ((rc == 0)) && echo ok || echo "FAILED (rc $rc$( ((rc == 124)) && echo ": timed out"))")" >&2
   [[ -s $out.err ]] || rm -f "$out.err"
 }
 
