@@ -22,20 +22,24 @@ struct AddressBlob {
 };
 static_assert(sizeof(AddressBlob) == 16);
 
-// A connect() call waiting for its peer's matching call.
-struct Offer {
-  std::shared_ptr<Link> link;
+// What pairing needs to know about a live device.
+struct DeviceInfo {
+  std::shared_ptr<RegionTable> regions;
+  std::shared_ptr<Activity> activity;
   AuthTag proof{};
-  bool joined = false;
-  std::string rejected;  // set when the peer's proof did not match
 };
 
-// Process-global: live devices by fabric and rank, and connect() calls waiting for a partner.
+// Process-global: live devices by fabric and rank, and links created by one rank's connect()
+// that the peer's connect() has not claimed yet.
+//
+// A connect() completes as soon as the peer's device exists (like dialing a listening socket):
+// waiting for the peer's matching connect() instead would deadlock ranks that connect in
+// different orders (0 waits for 2, 2 for 1, 1 for 0).
 struct Fabric {
   std::mutex mutex;
   std::condition_variable changed;
-  std::map<uint64_t, std::map<int, const Device*>> devices;
-  std::map<std::tuple<uint64_t, int, int>, std::shared_ptr<Offer>> offers;  // by (fabric, from, to)
+  std::map<uint64_t, std::map<int, DeviceInfo>> devices;
+  std::map<std::tuple<uint64_t, int, int>, std::shared_ptr<Link>> unclaimed;  // (fabric, owner, creator)
 };
 
 Fabric& fabric() {
@@ -60,7 +64,8 @@ Device::Device(const DeviceOptions& options)
   GS_CHECK(ranks.find(rank_) == ranks.end(), Errc::kInvalidArgument,
            "loopback fabric %llu already has a device for rank %d",
            static_cast<unsigned long long>(fabricId_), rank_);
-  ranks[rank_] = this;
+  ranks[rank_] = DeviceInfo{regions_, activity_, proof_};
+  f.changed.notify_all();
 }
 
 Device::~Device() {
@@ -70,6 +75,21 @@ Device::~Device() {
   if (it != f.devices.end()) {
     it->second.erase(rank_);
     if (it->second.empty()) f.devices.erase(it);
+  }
+  // Links made for us that we never claimed: their creators must learn we are gone. Links we
+  // made that the peer never claimed were failed by our Connection's destructor already.
+  for (auto u = f.unclaimed.begin(); u != f.unclaimed.end();) {
+    const auto& [fabricId, owner, creator] = u->first;
+    if (fabricId == fabricId_ && (owner == rank_ || creator == rank_)) {
+      if (owner == rank_) {
+        std::lock_guard linkLock(u->second->mutex);
+        failSide(u->second->sides[creator < owner ? 0 : 1],
+                 formatString("peer rank %d closed the connection", rank_));
+      }
+      u = f.unclaimed.erase(u);
+    } else {
+      ++u;
+    }
   }
 }
 
@@ -114,54 +134,42 @@ std::unique_ptr<transport::Connection> Device::connect(int peer,
   const int mySide = rank_ < peer ? 0 : 1;
   Fabric& f = fabric();
   std::unique_lock lock(f.mutex);
-  // The peer may already be waiting with an offer addressed to us.
-  auto theirs = f.offers.find({fabricId_, peer, rank_});
-  if (theirs != f.offers.end()) {
-    std::shared_ptr<Offer> offer = theirs->second;
-    f.offers.erase(theirs);
-    if (!tagsEqual(offer->proof, proof_)) {
-      offer->rejected = "authentication failed";
-      f.changed.notify_all();
-      GS_LOG_WARN("rejected loopback connection from rank %d: it does not hold the "
-                  "communicator secret", peer);
-      throw Error(Errc::kRemote, formatString("loopback connect to rank %d: authentication "
-                                              "failed (different communicator secret)", peer));
-    }
-    Side& side = offer->link->sides[mySide];
-    side.rank = rank_;
-    side.regions = regions_;
-    side.activity = activity_;
-    offer->joined = true;
-    f.changed.notify_all();
-    return std::make_unique<Connection>(offer->link, mySide);
+  auto& ranks = f.devices[fabricId_];
+  bool present = f.changed.wait_until(lock, deadline.at(), [&] {
+    return ranks.count(peer) || f.unclaimed.count({fabricId_, rank_, peer});
+  });
+  // The peer may have connected to us first: its link is waiting for us.
+  auto made = f.unclaimed.find({fabricId_, rank_, peer});
+  if (made != f.unclaimed.end()) {
+    std::shared_ptr<Link> link = std::move(made->second);
+    f.unclaimed.erase(made);
+    return std::make_unique<Connection>(std::move(link), mySide);
   }
-
-  auto offer = std::make_shared<Offer>();
-  offer->link = std::make_shared<Link>();
-  offer->proof = proof_;
-  Side& side = offer->link->sides[mySide];
-  side.rank = rank_;
-  side.regions = regions_;
-  side.activity = activity_;
-  const auto key = std::make_tuple(fabricId_, rank_, peer);
-  GS_CHECK(f.offers.find(key) == f.offers.end(), Errc::kInvalidArgument,
-           "loopback connect to rank %d: already connecting", peer);
-  f.offers[key] = offer;
-  bool done = f.changed.wait_until(lock, deadline.at(),
-                                   [&] { return offer->joined || !offer->rejected.empty(); });
-  if (!done) {
-    f.offers.erase(key);
+  if (!present) {
     throw Error(Errc::kTimeout,
-                formatString("loopback connect to rank %d (fabric %llu) timed out: the peer "
-                             "did not connect", peer, static_cast<unsigned long long>(fabricId_)));
+                formatString("loopback connect to rank %d (fabric %llu) timed out: no device for "
+                             "that rank joined the fabric", peer,
+                             static_cast<unsigned long long>(fabricId_)));
   }
-  if (!offer->rejected.empty()) {
+  const DeviceInfo& theirs = ranks.at(peer);
+  if (!tagsEqual(theirs.proof, proof_)) {
     GS_LOG_WARN("rejected loopback connection from rank %d: it does not hold the communicator "
                 "secret", peer);
     throw Error(Errc::kRemote, formatString("loopback connect to rank %d: authentication failed "
                                             "(different communicator secret)", peer));
   }
-  return std::make_unique<Connection>(offer->link, mySide);
+  auto link = std::make_shared<Link>();
+  Side& mine = link->sides[mySide];
+  mine.rank = rank_;
+  mine.regions = regions_;
+  mine.activity = activity_;
+  Side& other = link->sides[1 - mySide];
+  other.rank = peer;
+  other.regions = theirs.regions;
+  other.activity = theirs.activity;
+  GS_CHECK(f.unclaimed.emplace(std::make_tuple(fabricId_, peer, rank_), link).second,
+           Errc::kInvalidArgument, "loopback connect to rank %d: already connected", peer);
+  return std::make_unique<Connection>(std::move(link), mySide);
 }
 
 void Device::waitForActivity(std::chrono::microseconds maxWait) { activity_->wait(maxWait); }

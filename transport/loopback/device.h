@@ -9,8 +9,9 @@
 namespace gs::transport::loopback {
 
 /// In-process transport for multi-rank tests with threads as ranks. Devices with the same
-/// options.fabricId find each other through a process-global registry; connect() pairs the two
-/// calls of a rank pair there. Owned by the communicator; see transport::Device for thread
+/// options.fabricId find each other through a process-global registry. connect() completes once
+/// the peer's device exists (as a tcp dial completes against a listening peer); the first of the
+/// two calls creates the shared link and the second claims it. Owned by the communicator; see transport::Device for thread
 /// safety. The global registry is mutex-protected, so devices may be created and destroyed
 /// concurrently from any threads.
 class Device final : public transport::Device {

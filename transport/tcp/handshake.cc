@@ -257,9 +257,12 @@ std::vector<Socket> dial(asio::io_context& io, Listener& listener, const Handsha
         pollfd probe{d->socket.native_handle(), POLLOUT, 0};
         if (::poll(&probe, 1, 0) != 1) continue;
         getsockopt(d->socket.native_handle(), SOL_SOCKET, SO_ERROR, &err, &len);
-        if (err == ECONNREFUSED && !deadline.expired()) {
-          // The listener exists before its blob is published, so this is a transient race
-          // with a restarting peer at most; retry until the deadline.
+        if (err == ECONNREFUSED) {
+          // The listener exists before its blob is published, so a refusal means the peer's
+          // device is gone or not yet back; keep trying until the deadline.
+          GS_CHECK(!deadline.expired(), Errc::kTimeout,
+                   "tcp connect to rank %d (%s) timed out: connection refused", peer,
+                   where.c_str());
           std::this_thread::sleep_for(std::chrono::milliseconds(10));
           startConnect(*d);
           continue;

@@ -1,0 +1,167 @@
+// Tests specific to the tcp backend: what arrives on its listener and sockets is untrusted.
+// The hello and frame layouts are spelled out here on purpose: these tests pin the wire format.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "tests/unit/transport/test_util.h"
+
+namespace gs::transport::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+uint16_t portOf(const std::vector<uint8_t>& blob) {
+  uint16_t port;
+  std::memcpy(&port, blob.data() + 8, 2);  // see AddressBlob in transport/tcp/wire.h
+  return port;
+}
+
+// A plain blocking socket connected to 127.0.0.1:port, closed on destruction.
+struct RawSocket {
+  explicit RawSocket(uint16_t port) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  }
+  ~RawSocket() { ::close(fd); }
+  void sendAll(const void* p, size_t n) { ASSERT_EQ(::send(fd, p, n, MSG_NOSIGNAL), ssize_t(n)); }
+  // Reads exactly n bytes within the timeout; returns how many arrived (fewer on EOF/timeout).
+  size_t recvSome(void* p, size_t n, std::chrono::milliseconds timeout) {
+    size_t got = 0;
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    while (got < n && std::chrono::steady_clock::now() < until) {
+      pollfd pfd{fd, POLLIN, 0};
+      if (::poll(&pfd, 1, 20) <= 0) continue;
+      ssize_t r = ::recv(fd, static_cast<uint8_t*>(p) + got, n - got, 0);
+      if (r <= 0) break;
+      got += static_cast<size_t>(r);
+    }
+    return got;
+  }
+  int fd = -1;
+};
+
+TEST(TcpTransport, GarbageOnListenerIsRejectedAndPeersStillConnect) {
+  const uint64_t fabric = freshFabricId();
+  RankSetup setup;
+  auto d0 = createDevice("tcp", makeOptions(0, 2, fabric, setup));
+  auto d1 = createDevice("tcp", makeOptions(1, 2, fabric, setup));
+  auto b0 = d0->address(), b1 = d1->address();
+  RawSocket raw(portOf(b0));
+  char garbage[40];
+  std::memset(garbage, 'G', sizeof(garbage));
+  raw.sendAll(garbage, sizeof(garbage));
+  ::testing::internal::CaptureStderr();
+  std::unique_ptr<Connection> c0, c1;
+  std::thread t([&] { c1 = d1->connect(0, b0, Deadline::after(3s)); });
+  c0 = d0->connect(1, b1, Deadline::after(3s));
+  t.join();
+  std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("rejected tcp connection from 127.0.0.1: bad magic"), std::string::npos) << log;
+  ASSERT_TRUE(c0 && c1);
+  char byte;
+  EXPECT_EQ(raw.recvSome(&byte, 1, 500ms), 0u) << "the listener kept a garbage socket open";
+}
+
+TEST(TcpTransport, HugeFrameLengthFailsConnection) {
+  const uint64_t fabric = freshFabricId();
+  RankSetup setup;
+  setup.socketsPerPeer = 1;
+  auto d0 = createDevice("tcp", makeOptions(0, 2, fabric, setup));
+  auto d1 = createDevice("tcp", makeOptions(1, 2, fabric, setup));  // only for its blob
+  std::vector<uint8_t> target(4096, 0);
+  auto region = d0->registerMemory(target.data(), target.size());
+  RawSocket raw(portOf(d0->address()));
+
+  // Hello as rank 1: magic, version, socket index, dialer, target, count, reserved, mac.
+  uint8_t hello[40] = {};
+  const uint32_t magic = 0x4c485347;
+  const uint16_t version = 1, index = 0, count = 1;
+  const int32_t dialer = 1, targetRank = 0;
+  std::memcpy(hello + 0, &magic, 4);
+  std::memcpy(hello + 4, &version, 2);
+  std::memcpy(hello + 6, &index, 2);
+  std::memcpy(hello + 8, &dialer, 4);
+  std::memcpy(hello + 12, &targetRank, 4);
+  std::memcpy(hello + 16, &count, 2);
+  AuthTag mac = authTag(testSecret(), "gs-tcp-hello", hello, 24);
+  std::memcpy(hello + 24, mac.data(), 16);
+  raw.sendAll(hello, sizeof(hello));
+
+  auto conn = d0->connect(1, d1->address(), Deadline::after(3s));
+  uint8_t ack[32];
+  ASSERT_EQ(raw.recvSome(ack, sizeof(ack), 1s), sizeof(ack));
+
+  // Frame header: type write, imm, region id, length (huge), offset.
+  uint8_t header[24] = {};
+  header[0] = 1;
+  uint32_t regionId;
+  std::memcpy(&regionId, region->remoteKey().bytes, 4);
+  const uint32_t length = 0xfffffff0u;
+  std::memcpy(header + 8, &regionId, 4);
+  std::memcpy(header + 12, &length, 4);
+  raw.sendAll(header, sizeof(header));
+
+  Completion c[4];
+  size_t got = 0;
+  const auto until = std::chrono::steady_clock::now() + 2s;
+  while (got == 0 && std::chrono::steady_clock::now() < until) {
+    d0->waitForActivity(std::chrono::microseconds(10'000));
+    got = conn->poll(c);
+  }
+  ASSERT_EQ(got, 1u);
+  EXPECT_EQ(c[0].kind, CompletionKind::kError);
+  EXPECT_EQ(c[0].status, Errc::kRemote);
+  EXPECT_NE(conn->errorMessage().find("peer rank 1 sent an invalid frame"), std::string::npos)
+      << conn->errorMessage();
+  EXPECT_EQ(target, std::vector<uint8_t>(4096, 0));
+  char byte;
+  EXPECT_EQ(raw.recvSome(&byte, 1, 500ms), 0u) << "the connection stayed open";
+}
+
+TEST(TcpTransport, WorksOverIpv6) {
+  const uint64_t fabric = freshFabricId();
+  RankSetup setup;
+  std::vector<Rank> ranks(2);
+  for (int r = 0; r < 2; ++r) {
+    DeviceOptions o = makeOptions(r, 2, fabric, setup);
+    o.bindAddress = "::1";
+    try {
+      ranks[r].device = createDevice("tcp", o);
+    } catch (const Error& e) {
+      GTEST_SKIP() << "no IPv6 loopback here: " << e.what();
+    }
+    ranks[r].peers.resize(2);
+  }
+  auto b0 = ranks[0].device->address(), b1 = ranks[1].device->address();
+  std::thread t([&] { ranks[1].peers[0] = ranks[1].device->connect(0, b0, Deadline::after(3s)); });
+  ranks[0].peers[1] = ranks[0].device->connect(1, b1, Deadline::after(3s));
+  t.join();
+  std::vector<uint8_t> src(100, 7), dst(100, 0);
+  auto rs = ranks[1].device->registerMemory(src.data(), src.size());
+  auto rd = ranks[0].device->registerMemory(dst.data(), dst.size());
+  LocalSegment seg{rs.get(), 0, 100};
+  ASSERT_EQ(ranks[1].peers[0]->postWrite({&seg, 1}, rd->remoteKey(), 0, 3, 1), PostResult::kOk);
+  ASSERT_TRUE(pump(ranks, [&] { return countKind(ranks[0], CompletionKind::kRemoteWrite) == 1; }));
+  EXPECT_EQ(src, dst);
+}
+
+TEST(TcpTransport, RejectsWildcardBindAddress) {
+  DeviceOptions o = makeOptions(0, 1, freshFabricId(), {});
+  o.bindAddress = "0.0.0.0";
+  EXPECT_THROW(createDevice("tcp", o), Error);
+  o.bindAddress = "not-an-ip";
+  EXPECT_THROW(createDevice("tcp", o), Error);
+}
+
+}  // namespace
+}  // namespace gs::transport::testing
