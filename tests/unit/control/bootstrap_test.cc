@@ -98,6 +98,22 @@ TEST_P(BootstrapAllgather, EveryRankGetsEveryPayload) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, BootstrapAllgather, ::testing::Values(1, 2, 4, 8));
 
+TEST(Bootstrap, WorksOverIpv6Loopback) {
+  std::unique_ptr<RendezvousServer> server;
+  try {
+    server = std::make_unique<RendezvousServer>("::1", 0, randomSecret(), testConfig(2000));
+  } catch (const Error& e) {
+    GTEST_SKIP() << "no IPv6 loopback here: " << e.what();
+  }
+  UniqueId id = UniqueId::parse(server->uniqueId().serialize());
+  EXPECT_EQ(id.address.family, IpAddress::Family::kV6);
+  auto outcomes = runRanks(id, 2, Deadline::afterMs(2500));
+  for (const auto& o : outcomes) {
+    expectComplete(o, 2);
+    EXPECT_EQ(o.localAddress, "::1");
+  }
+}
+
 TEST(Bootstrap, UniqueIdFromRegistryRoundTripsThroughBytes) {
   UniqueId made = createUniqueId(testConfig(2000));
   EXPECT_EQ(made.address.toString(), "127.0.0.1");
