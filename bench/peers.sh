@@ -132,10 +132,12 @@ run_one() {
     esac >> "$out" 2>> "$out.err" || rc=$?
   done
   [[ -s $out.err ]] && sed 's/^/    /' "$out.err" >&2
-  printf '  %-12s N=%d  %4ds  %s\n' "$name" "$n" $((SECONDS - t0)) \
+  printf '  %-12s N=%d  %4ds  load %-5s %s\n' "$name" "$n" $((SECONDS - t0)) "$(load1)" \
     "$( ((rc == 0)) && echo ok || echo "FAILED (rc $rc$( ((rc == 124)) && echo ": timed out"))")" >&2
   [[ -s $out.err ]] || rm -f "$out.err"
 }
+
+load1() { cut -d' ' -f1 /proc/loadavg; }
 
 # busbw_of FILE SIZE: busbw column of that size's row, with "!" when #wrong is not 0; "-" if none.
 busbw_of() {
@@ -156,7 +158,11 @@ summary=$results/summary.txt
   echo "# sizes: ${sizes//$'\n'/ } B; -n $iters -w $warmup below $big_from, -n $big_iters -w $big_warmup from it"
   echo "# busbw in GB/s (GB = 1e9 B); '!' = the program reported wrong elements; '-' = no result"
   echo "# best = best busbw of the peers run; ratio = gradstream / best"
+  echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$summary"
+if awk -v l="$(load1)" -v c="$(nproc)" 'BEGIN { exit !(l > c / 2) }'; then
+  echo "peers.sh: warning: load average $(load1) on $(nproc) cores; other work skews every column" >&2
+fi
 
 start=$SECONDS
 for n in $ranks; do
@@ -194,4 +200,5 @@ for n in $ranks; do
   } | tee -a "$summary"
 done
 echo | tee -a "$summary"
-echo "# total $((SECONDS - start)) s; raw outputs in $results" | tee -a "$summary"
+echo "# total $((SECONDS - start)) s; load average at end: $(cut -d' ' -f1-3 /proc/loadavg); raw outputs in $results" |
+  tee -a "$summary"
