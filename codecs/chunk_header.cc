@@ -12,7 +12,6 @@ const char* validateChunk(const ChunkHeader& h, const ChunkExpectation& e, size_
   if (h.reduceOp != e.reduceOp) return "reduction op differs between ranks";
   if (h.dtype != e.dtype) return "dtype differs between ranks";
   if (h.collectiveId != e.collectiveId) return "collective sequence differs (ranks called different collectives)";
-  if (h.step != e.step) return "schedule step differs (ranks called different collectives)";
   if (h.sequence != e.sequence) return "link sequence number out of order";
   if (h.chunkIndex != e.chunkIndex) return "chunk index differs";
   if (h.elementCount != e.elementCount || h.elementOffset != e.elementOffset)

@@ -16,7 +16,8 @@ namespace gs::codecs {
 ///   6      1    codec          CodecId
 ///   7      1    dtype          gs::DataType of the decoded elements
 ///   8      4    collectiveId   per-communicator sequence number of the collective
-///   12     2    step           schedule step that sent it
+///   12     2    step           the sender's schedule step (diagnostics; steps of sender and
+///                               receiver need not be numbered alike)
 ///   14     2    flags          reserved, 0
 ///   16     8    sequence       per-link chunk sequence number
 ///   24     4    chunkIndex     index of the chunk within its step

@@ -11,8 +11,16 @@ namespace {
 
 // Integer sums and products wrap around (two's complement), as in NCCL; computed unsigned so
 // overflow is defined behaviour.
+template <class T, bool = std::is_integral_v<T>>
+struct WrapType {
+  using type = T;
+};
 template <class T>
-using Wrap = std::conditional_t<std::is_integral_v<T>, std::make_unsigned_t<T>, T>;
+struct WrapType<T, true> {
+  using type = std::make_unsigned_t<T>;
+};
+template <class T>
+using Wrap = typename WrapType<T>::type;
 struct Sum {
   template <class T>
   static T apply(T a, T b) { return static_cast<T>(static_cast<Wrap<T>>(a) + static_cast<Wrap<T>>(b)); }

@@ -39,7 +39,7 @@ void logMessage(LogLevel level, const char* file, int line, const char* fmt, ...
   va_end(args);
   const char* base = strrchr(file, '/');
   base = base ? base + 1 : file;
-  char rank[16] = "";
+  char rank[24] = "";
   if (tRank >= 0) snprintf(rank, sizeof(rank), " rank %d", tRank);
   // One fprintf per line so lines of concurrent ranks do not interleave mid-line.
   fprintf(stderr, "gradstream %d%s %s %s:%d: %s\n", static_cast<int>(getpid()), rank,

@@ -21,8 +21,8 @@ inline constexpr int kNumDataTypes = 7;
 enum class ReduceOp : uint8_t { kSum = 0, kAvg = 1, kMin = 2, kMax = 3, kProd = 4 };
 inline constexpr int kNumReduceOps = 5;
 
-inline bool isValid(DataType t) { return static_cast<int>(t) >= 0 && static_cast<int>(t) < kNumDataTypes; }
-inline bool isValid(ReduceOp op) { return static_cast<int>(op) >= 0 && static_cast<int>(op) < kNumReduceOps; }
+inline bool isValid(DataType t) { return static_cast<int>(t) < kNumDataTypes; }
+inline bool isValid(ReduceOp op) { return static_cast<int>(op) < kNumReduceOps; }
 
 inline size_t elementSize(DataType t) {
   switch (t) {

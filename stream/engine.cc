@@ -255,7 +255,13 @@ struct Engine::Run {
         }
         link.arrivedBytes[payload] = c.length;
         break;
-      case ImmTag::kCredit: link.applyCredit(payload); break;
+      case ImmTag::kCredit:
+        GS_LOG_TRACE("credit from rank %d: %u (had %llu)", link.peer(), payload, static_cast<unsigned long long>(link.peerReleased));
+        link.applyCredit(payload);
+        break;
+      case ImmTag::kBye:
+        link.byeReceived = true;
+        break;
       case ImmTag::kAbort:
         fail(Errc::kRemote, static_cast<int>(payload),
              formatString("rank %u failed (reported by rank %d)", payload, link.peer()));
@@ -370,13 +376,18 @@ void Engine::run(const CollectiveArgs& args) {
 
   Run run(*this, args, id);
   const size_t chunkElements = std::max<size_t>(1, static_cast<size_t>(config_.chunkBytes) / esize);
-  run.plan = buildPlan({&schedule, send, recv, sendRegion.get(), recvRegion.get(), esize, chunkElements});
+  run.plan = buildPlan({&schedule, send, recv, sendRegion.get(), recvRegion.get(), esize, chunkElements,
+                        std::max<size_t>(1, static_cast<size_t>(config_.slotsPerPeer) / 2)});
   run.links.reserve(run.plan.links.size());
   for (auto& q : run.plan.links) {
     Link* link = q.peer >= 0 && q.peer < nranks_ ? links_[q.peer] : nullptr;
     GS_CHECK(link != nullptr && link->connected(), Errc::kInternal,
              "no connection to rank %d for %s", q.peer, collectiveName(args.kind));
-    Run::LinkRun lr{link, &q, link->sendSequence, link->recvSequence};
+    Run::LinkRun lr;
+    lr.link = link;
+    lr.queues = &q;
+    lr.sendBase = link->sendSequence;
+    lr.recvBase = link->recvSequence;
     lr.sendDone.assign(q.sends.size(), 0);
     run.links.push_back(std::move(lr));
   }
@@ -407,6 +418,50 @@ void Engine::notifyPeers(int originRank) noexcept {
       }
       if (n == 0) device_.waitForActivity(std::chrono::microseconds(1000));
     }
+  }
+}
+
+}  // namespace gs::stream
+
+namespace gs::stream {
+
+void Engine::farewell(Deadline deadline) noexcept {
+  std::vector<Link*> waiting;
+  for (Link* link : links_) {
+    if (link == nullptr || !link->connected()) continue;
+    if (link->connection().postWrite({}, link->peerSlots, 0, makeImm(ImmTag::kBye, 0),
+                                     workId(WorkKind::kAbort, 0, 0)) == PostResult::kOk) {
+      waiting.push_back(link);
+    }
+  }
+  transport::Completion sink[32];
+  while (!waiting.empty() && !deadline.expired()) {
+    bool any = false;
+    for (size_t i = 0; i < waiting.size();) {
+      Link* link = waiting[i];
+      const size_t n = link->connection().poll(sink);
+      bool gone = false;
+      for (size_t k = 0; k < n; ++k) {
+        const auto& c = sink[k];
+        if (c.kind == CompletionKind::kError) gone = true;
+        if (c.kind == CompletionKind::kRemoteWrite && immTag(c.imm) == ImmTag::kBye) link->byeReceived = true;
+      }
+      any |= n > 0;
+      if (gone || link->byeReceived) {
+        waiting[i] = waiting.back();
+        waiting.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    if (!any && !waiting.empty()) {
+      device_.waitForActivity(std::min(std::chrono::duration_cast<std::chrono::microseconds>(
+                                           deadline.remaining()),
+                                       std::chrono::microseconds(5000)));
+    }
+  }
+  for (Link* link : waiting) {
+    GS_LOG_DEBUG("rank %d did not close the communicator in time; closing anyway", link->peer());
   }
 }
 

@@ -56,6 +56,11 @@ class Engine {
   /// Tells every connected peer that the communicator failed (origin: the rank at fault).
   void notifyPeers(int originRank) noexcept;
 
+  /// Closing handshake: tells every peer this rank is done and waits (until the deadline) for
+  /// theirs, so no rank closes a connection while a neighbour still reads from it (a close
+  /// with unread data resets the connection and discards what the peer had not read yet).
+  void farewell(Deadline deadline) noexcept;
+
   const CollectiveStats& lastStats() const { return stats_; }
   uint32_t collectivesRun() const { return collectiveId_; }
 

@@ -20,7 +20,8 @@ struct SlotLayout {
 ///   kData:   low bits = receive slot index the chunk landed in
 ///   kCredit: low 30 bits = cumulative number of chunks the receiver has released (mod 2^30)
 ///   kAbort:  low bits = rank that failed first (the collective is abandoned)
-enum class ImmTag : uint32_t { kData = 0, kCredit = 1, kAbort = 2 };
+///   kBye:    the sender has finished all its collectives and is closing the communicator
+enum class ImmTag : uint32_t { kData = 0, kCredit = 1, kAbort = 2, kBye = 3 };
 inline constexpr uint32_t kImmPayloadMask = (1u << 30) - 1;
 inline uint32_t makeImm(ImmTag tag, uint32_t payload) {
   return (static_cast<uint32_t>(tag) << 30) | (payload & kImmPayloadMask);
@@ -64,10 +65,14 @@ class Link {
   const transport::MemoryRegion& headerRegion() const { return *headersMr_; }
   std::vector<uint8_t> headerBusy;  // per slot: a posted write still reads its header
 
-  /// Applies a credit message's 30-bit cumulative count.
+  /// Applies a credit message's 30-bit cumulative count. Credit messages may overtake each
+  /// other (several sockets or QPs carry them), so an older count is ignored.
   void applyCredit(uint32_t payload) {
-    peerReleased += (payload - static_cast<uint32_t>(peerReleased)) & kImmPayloadMask;
+    const uint32_t delta = (payload - static_cast<uint32_t>(peerReleased)) & kImmPayloadMask;
+    if (delta < (kImmPayloadMask >> 1)) peerReleased += delta;
   }
+  bool byeReceived = false;
+
   bool hasCredit() const { return sendSequence - peerReleased < layout_.slots; }
 
  private:

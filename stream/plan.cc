@@ -30,17 +30,29 @@ class PlanBuilder {
 
   Plan build() {
     const Schedule& s = *in_.schedule;
+    steps_.resize(s.steps.size());
     for (size_t k = 0; k < s.steps.size(); ++k) {
       const Step& st = s.steps[k];
       if (st.sendPeer >= 0) addSends(static_cast<int>(k), st);
       if (st.recvPeer >= 0) addRecvs(static_cast<int>(k), st);
     }
-    markForwarded();
+    emitGroupMajor();
+    resolveForwards();
     computeDependencies();
     return std::move(plan_);
   }
 
  private:
+  // Chunks of one step before they are placed in the link queues.
+  struct StepChunks {
+    uint16_t sendLink = 0, recvLink = 0;
+    std::vector<SendOp> sends;
+    std::vector<RecvOp> recvs;
+    std::vector<size_t> sendAccess, recvAccess;  // index into accesses_
+    std::vector<uint32_t> sendIndex, recvIndex;  // position in the link queue once emitted
+    int forwardsStep = -1;                       // sends forward this step's receives
+  };
+
   uint16_t linkIndex(int peer) {
     for (size_t i = 0; i < plan_.links.size(); ++i) {
       if (plan_.links[i].peer == peer) return static_cast<uint16_t>(i);
@@ -62,18 +74,18 @@ class PlanBuilder {
   }
 
   void addSends(int step, const Step& st) {
-    const uint16_t li = linkIndex(st.sendPeer);
-    auto& q = plan_.links[li].sends;
+    StepChunks& sc = steps_[step];
+    sc.sendLink = linkIndex(st.sendPeer);
     if (st.sendForwardsPrevious) {
-      GS_CHECK(step > 0 && lastRecvLink_ >= 0, Errc::kInternal, "forward without a receive");
-      auto& src = plan_.links[lastRecvLink_].recvs;
-      for (uint32_t i = lastRecvBegin_; i < src.size(); ++i) {
-        SendOp op{static_cast<uint16_t>(step), src[i].chunkIndex, src[i].elementOffset,
-                  src[i].count};
-        op.forwardLink = lastRecvLink_;
-        op.forwardIndex = i;
-        q.push_back(op);
-        accesses_.push_back({step, li, true, static_cast<uint32_t>(q.size() - 1), {}, {}});
+      GS_CHECK(step > 0 && in_.schedule->steps[step - 1].recvPeer >= 0, Errc::kInternal,
+               "step %d forwards without a receive in step %d", step, step - 1);
+      sc.forwardsStep = step - 1;
+      for (const RecvOp& r : steps_[step - 1].recvs) {
+        SendOp op{static_cast<uint16_t>(step), r.chunkIndex, r.elementOffset, r.count};
+        op.forwardLink = steps_[step - 1].recvLink;
+        sc.sends.push_back(op);
+        sc.sendAccess.push_back(accesses_.size());
+        accesses_.push_back({step, sc.sendLink, true, 0, {}, {}});
       }
       return;
     }
@@ -84,21 +96,19 @@ class PlanBuilder {
       op.source = base + off * in_.elementSize;
       op.region = region(st.send);
       op.regionOffset = static_cast<size_t>(op.source - static_cast<const uint8_t*>(op.region->data()));
-      q.push_back(op);
-      Access a{step, li, true, static_cast<uint32_t>(q.size() - 1), {interval(op.source, n), {}}, {}};
-      accesses_.push_back(a);
+      sc.sends.push_back(op);
+      sc.sendAccess.push_back(accesses_.size());
+      accesses_.push_back({step, sc.sendLink, true, 0, {interval(op.source, n), {}}, {}});
     }
   }
 
   void addRecvs(int step, const Step& st) {
-    const uint16_t li = linkIndex(st.recvPeer);
-    auto& q = plan_.links[li].recvs;
-    lastRecvLink_ = li;
-    lastRecvBegin_ = static_cast<uint32_t>(q.size());
+    StepChunks& sc = steps_[step];
+    sc.recvLink = linkIndex(st.recvPeer);
     for (uint64_t off = 0, c = 0; off < st.recvCount; off += in_.chunkElements, ++c) {
       const auto n = static_cast<uint32_t>(std::min<uint64_t>(in_.chunkElements, st.recvCount - off));
       RecvOp op{static_cast<uint16_t>(step), static_cast<uint32_t>(c), off, n, st.action, st.finalize};
-      Access a{step, li, false, static_cast<uint32_t>(q.size()), {}, {}};
+      Access a{step, sc.recvLink, false, 0, {}, {}};
       if (st.action != RecvAction::kReduceToSlot) {
         op.dst = const_cast<uint8_t*>(address(st.dst)) + off * in_.elementSize;
         a.writes = interval(op.dst, n);
@@ -108,15 +118,48 @@ class PlanBuilder {
         op.operand = address(st.operand) + off * in_.elementSize;
         a.reads[1] = interval(op.operand, n);
       }
-      q.push_back(op);
+      sc.recvs.push_back(op);
+      sc.recvAccess.push_back(accesses_.size());
       accesses_.push_back(a);
     }
   }
 
-  void markForwarded() {
-    for (auto& l : plan_.links) {
-      for (const SendOp& s : l.sends) {
-        if (s.forwardLink >= 0) plan_.links[s.forwardLink].recvs[s.forwardIndex].forwarded = true;
+  // Places chunks into the link queues group by group, each group step by step. Sender and
+  // receiver of a link derive the same order from the same schedule shape.
+  void emitGroupMajor() {
+    const size_t g = std::max<size_t>(1, in_.groupChunks);
+    size_t maxChunks = 0;
+    for (const StepChunks& sc : steps_) maxChunks = std::max({maxChunks, sc.sends.size(), sc.recvs.size()});
+    for (StepChunks& sc : steps_) {
+      sc.sendIndex.resize(sc.sends.size());
+      sc.recvIndex.resize(sc.recvs.size());
+    }
+    for (size_t begin = 0; begin < maxChunks; begin += g) {
+      for (StepChunks& sc : steps_) {
+        for (size_t c = begin; c < std::min(begin + g, sc.sends.size()); ++c) {
+          auto& q = plan_.links[sc.sendLink].sends;
+          sc.sendIndex[c] = static_cast<uint32_t>(q.size());
+          accesses_[sc.sendAccess[c]].index = sc.sendIndex[c];
+          q.push_back(sc.sends[c]);
+        }
+        for (size_t c = begin; c < std::min(begin + g, sc.recvs.size()); ++c) {
+          auto& q = plan_.links[sc.recvLink].recvs;
+          sc.recvIndex[c] = static_cast<uint32_t>(q.size());
+          accesses_[sc.recvAccess[c]].index = sc.recvIndex[c];
+          q.push_back(sc.recvs[c]);
+        }
+      }
+    }
+  }
+
+  void resolveForwards() {
+    for (StepChunks& sc : steps_) {
+      if (sc.forwardsStep < 0) continue;
+      StepChunks& from = steps_[sc.forwardsStep];
+      for (size_t c = 0; c < sc.sends.size(); ++c) {
+        SendOp& op = plan_.links[sc.sendLink].sends[sc.sendIndex[c]];
+        op.forwardIndex = from.recvIndex[c];
+        plan_.links[from.recvLink].recvs[op.forwardIndex].forwarded = true;
       }
     }
   }
@@ -189,9 +232,8 @@ class PlanBuilder {
 
   const PlanInput& in_;
   Plan plan_;
+  std::vector<StepChunks> steps_;
   std::vector<Access> accesses_;
-  int lastRecvLink_ = -1;
-  uint32_t lastRecvBegin_ = 0;
 };
 
 }  // namespace

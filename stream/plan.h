@@ -47,7 +47,9 @@ struct RecvOp {
 };
 
 /// The chunk-level program of one collective on one rank: per link an ordered send queue and
-/// an ordered receive queue, with the dependencies that make in-place and pipelined execution
+/// an ordered receive queue, group-major (chunks [0, G) of every step, then [G, 2G) of every
+/// step, ...) so a rank never fills its neighbour's slots with chunks of one step while the
+/// neighbour waits to forward those of the previous one; with the dependencies that make in-place and pipelined execution
 /// safe (a chunk reads memory only after the chunks writing it landed, and overwrites memory
 /// only after the chunks reading it left). Built once per call, outside the data path.
 struct Plan {
@@ -69,6 +71,10 @@ struct PlanInput {
   const transport::MemoryRegion* recvRegion;
   size_t elementSize;
   size_t chunkElements;
+  /// Chunks of one step sent back to back before the next step's chunks of the same group
+  /// (NCCL's slices per chunk). Half the receive slots: a receiver holding a group for
+  /// forwarding still has room for the next group, which keeps the ring deadlock-free.
+  size_t groupChunks;
 };
 
 Plan buildPlan(const PlanInput& input);

@@ -1,0 +1,403 @@
+// The C API: argument checks, then control/. Exceptions become status codes in guard() only.
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/types.h"
+#include "control/bootstrap.h"
+#include "control/communicator.h"
+#include "control/launch_env.h"
+#include "control/unique_id.h"
+#include "gradstream/gradstream.h"
+
+struct gs_comm_s {
+  std::unique_ptr<gs::control::Communicator> comm;
+};
+
+struct gs_request_s {
+  std::shared_ptr<gs::control::Request> request;
+  int64_t timeoutMs;
+};
+
+namespace {
+
+using gs::Errc;
+
+#define GS_SAME(c, e) static_assert(static_cast<int>(c) == static_cast<int>(e), #c)
+GS_SAME(GS_OK, Errc::kOk);
+GS_SAME(GS_IN_PROGRESS, Errc::kInProgress);
+GS_SAME(GS_ERR_INVALID_ARGUMENT, Errc::kInvalidArgument);
+GS_SAME(GS_ERR_UNSUPPORTED, Errc::kUnsupported);
+GS_SAME(GS_ERR_NO_MEMORY, Errc::kNoMemory);
+GS_SAME(GS_ERR_SYSTEM, Errc::kSystem);
+GS_SAME(GS_ERR_REMOTE, Errc::kRemote);
+GS_SAME(GS_ERR_TIMEOUT, Errc::kTimeout);
+GS_SAME(GS_ERR_ABORTED, Errc::kAborted);
+GS_SAME(GS_ERR_INTERNAL, Errc::kInternal);
+GS_SAME(GS_FLOAT32, gs::DataType::kFloat32);
+GS_SAME(GS_FLOAT16, gs::DataType::kFloat16);
+GS_SAME(GS_BFLOAT16, gs::DataType::kBFloat16);
+GS_SAME(GS_FLOAT64, gs::DataType::kFloat64);
+GS_SAME(GS_INT32, gs::DataType::kInt32);
+GS_SAME(GS_INT64, gs::DataType::kInt64);
+GS_SAME(GS_UINT8, gs::DataType::kUInt8);
+GS_SAME(GS_SUM, gs::ReduceOp::kSum);
+GS_SAME(GS_AVG, gs::ReduceOp::kAvg);
+GS_SAME(GS_MIN, gs::ReduceOp::kMin);
+GS_SAME(GS_MAX, gs::ReduceOp::kMax);
+GS_SAME(GS_PROD, gs::ReduceOp::kProd);
+static_assert(sizeof(gs_unique_id_t) == gs::control::UniqueId::kBytes, "unique id size");
+
+thread_local std::string tLastError;
+
+void setLastError(const char* message) {
+  tLastError = message;
+  GS_LOG_DEBUG("returning error: %s", message);
+}
+
+template <class F>
+gs_status_t guard(F&& f) noexcept {
+  try {
+    std::forward<F>(f)();
+    return GS_OK;
+  } catch (const gs::Error& e) {
+    setLastError(e.what());
+    return static_cast<gs_status_t>(e.code());
+  } catch (const std::bad_alloc&) {
+    setLastError("out of memory");
+    return GS_ERR_NO_MEMORY;
+  } catch (const std::exception& e) {
+    setLastError(e.what());
+    return GS_ERR_INTERNAL;
+  } catch (...) {
+    setLastError("unknown exception");
+    return GS_ERR_INTERNAL;
+  }
+}
+
+#define GS_ARG(cond, ...) GS_CHECK(cond, ::gs::Errc::kInvalidArgument, __VA_ARGS__)
+
+// Library configuration: defaults, then the caller's struct, then the environment.
+gs::Config makeConfig(const gs_config_t* c) {
+  gs::Config cfg;
+  if (c != nullptr) {
+    GS_ARG(c->struct_size >= offsetof(gs_config_t, transport) + sizeof(c->transport),
+           "config->struct_size %zu is too small (call gs_config_init)", c->struct_size);
+    auto has = [&](size_t offset, size_t size) { return c->struct_size >= offset + size; };
+#define GS_FIELD(f) has(offsetof(gs_config_t, f), sizeof(c->f))
+    if (GS_FIELD(transport) && c->transport) cfg.transport = c->transport;
+    if (GS_FIELD(timeout_ms) && c->timeout_ms >= 0) cfg.timeoutMs = c->timeout_ms;
+    if (GS_FIELD(chunk_bytes) && c->chunk_bytes >= 0) cfg.chunkBytes = c->chunk_bytes;
+    if (GS_FIELD(codec) && c->codec) cfg.codec = c->codec;
+    if (GS_FIELD(metrics_address) && c->metrics_address) cfg.metricsAddress = c->metrics_address;
+    if (GS_FIELD(slots_per_peer) && c->slots_per_peer >= 0) cfg.slotsPerPeer = c->slots_per_peer;
+    if (GS_FIELD(sockets_per_peer) && c->sockets_per_peer >= 0) cfg.socketsPerPeer = c->sockets_per_peer;
+#undef GS_FIELD
+  }
+  cfg.applyEnvironment();
+  cfg.validate();
+  gs::setLogLevel(cfg.logLevel);
+  return cfg;
+}
+
+void checkApiVersion(int version) {
+  GS_CHECK(version / 10000 == GS_VERSION_MAJOR, Errc::kUnsupported,
+           "application built against gradstream API %d, library is %d", version, GS_API_VERSION);
+}
+
+gs::control::Communicator& communicator(gs_comm_t comm) {
+  GS_ARG(comm != nullptr && comm->comm != nullptr, "comm is NULL");
+  return *comm->comm;
+}
+
+void checkTypes(gs_dtype_t dtype, gs_redop_t op) {
+  GS_ARG(static_cast<int>(dtype) >= 0 && static_cast<int>(dtype) < gs::kNumDataTypes,
+         "dtype %d is not a gs_dtype_t", static_cast<int>(dtype));
+  GS_ARG(static_cast<int>(op) >= 0 && static_cast<int>(op) < gs::kNumReduceOps,
+         "op %d is not a gs_redop_t", static_cast<int>(op));
+}
+
+size_t bytesOf(size_t count, gs_dtype_t dtype, size_t times, const char* what) {
+  const size_t esize = gs::elementSize(static_cast<gs::DataType>(dtype));
+  GS_ARG(count <= SIZE_MAX / esize / times, "%s %zu overflows the address space", what, count);
+  return count * esize * times;
+}
+
+// Buffers may be the same memory in NCCL's in-place layouts; any other overlap is an error
+// (the result would depend on timing).
+void checkOverlap(const void* send, size_t sendBytes, const void* recv, size_t recvBytes,
+                  const void* inPlaceSend) {
+  if (send == nullptr || recv == nullptr || sendBytes == 0 || recvBytes == 0) return;
+  auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
+  const bool overlap = s < r + recvBytes && r < s + sendBytes;
+  GS_ARG(!overlap || send == inPlaceSend,
+         "sendbuff and recvbuff overlap without being in place (in place means sendbuff == %p)",
+         inPlaceSend);
+}
+
+void checkStream(struct CUstream_st* stream) {
+  GS_CHECK(stream == nullptr, Errc::kUnsupported,
+           "cuda_stream must be NULL: this build of gradstream has no CUDA support");
+}
+
+gs::stream::CollectiveArgs reduceArgs(gs::stream::CollectiveKind kind, const void* send,
+                                      void* recv, size_t count, gs_dtype_t dtype, gs_redop_t op) {
+  gs::stream::CollectiveArgs a;
+  a.kind = kind;
+  a.send = send;
+  a.recv = recv;
+  a.count = count;
+  a.dtype = static_cast<gs::DataType>(dtype);
+  a.op = static_cast<gs::ReduceOp>(op);
+  return a;
+}
+
+gs::stream::CollectiveArgs allreduceArgs(const void* send, void* recv, size_t count,
+                                         gs_dtype_t dtype, gs_redop_t op, gs_comm_t comm,
+                                         struct CUstream_st* stream) {
+  communicator(comm);
+  checkTypes(dtype, op);
+  checkStream(stream);
+  const size_t bytes = bytesOf(count, dtype, 1, "count");
+  GS_ARG(count == 0 || send != nullptr, "sendbuff is NULL");
+  GS_ARG(count == 0 || recv != nullptr, "recvbuff is NULL");
+  checkOverlap(send, bytes, recv, bytes, recv);
+  return reduceArgs(gs::stream::CollectiveKind::kAllReduce, send, recv, count, dtype, op);
+}
+
+}  // namespace
+
+extern "C" {
+
+gs_status_t gs_config_init(gs_config_t* config) {
+  return guard([&] {
+    GS_ARG(config != nullptr, "config is NULL");
+    memset(config, 0, sizeof(*config));
+    config->struct_size = sizeof(*config);
+    config->transport = nullptr;
+    config->timeout_ms = -1;
+    config->chunk_bytes = -1;
+    config->codec = nullptr;
+    config->metrics_address = nullptr;
+    config->slots_per_peer = -1;
+    config->sockets_per_peer = -1;
+  });
+}
+
+const char* gs_status_string(gs_status_t status) {
+  switch (status) {
+    case GS_OK: return "GS_OK";
+    case GS_IN_PROGRESS: return "GS_IN_PROGRESS";
+    case GS_ERR_INVALID_ARGUMENT: return "GS_ERR_INVALID_ARGUMENT";
+    case GS_ERR_UNSUPPORTED: return "GS_ERR_UNSUPPORTED";
+    case GS_ERR_NO_MEMORY: return "GS_ERR_NO_MEMORY";
+    case GS_ERR_SYSTEM: return "GS_ERR_SYSTEM";
+    case GS_ERR_REMOTE: return "GS_ERR_REMOTE";
+    case GS_ERR_TIMEOUT: return "GS_ERR_TIMEOUT";
+    case GS_ERR_ABORTED: return "GS_ERR_ABORTED";
+    case GS_ERR_INTERNAL: return "GS_ERR_INTERNAL";
+  }
+  return "unknown gs_status_t";
+}
+
+const char* gs_last_error(void) { return tLastError.c_str(); }
+
+const char* gs_version_string(void) { return "0.1.0"; }
+
+gs_status_t gs_get_unique_id(gs_unique_id_t* out_id) {
+  return guard([&] {
+    GS_ARG(out_id != nullptr, "out_id is NULL");
+    const gs::Config cfg = makeConfig(nullptr);
+    auto bytes = gs::control::createUniqueId(cfg).serialize();
+    memcpy(out_id->internal, bytes.data(), bytes.size());
+  });
+}
+
+gs_status_t gs_comm_init_rank_version(gs_comm_t* out_comm, int nranks, const gs_unique_id_t* id,
+                                      int rank, const gs_config_t* config, int api_version) {
+  return guard([&] {
+    checkApiVersion(api_version);
+    GS_ARG(out_comm != nullptr, "out_comm is NULL");
+    GS_ARG(id != nullptr, "id is NULL");
+    GS_ARG(nranks >= 1, "nranks %d must be >= 1", nranks);
+    GS_ARG(rank >= 0 && rank < nranks, "rank %d is out of range [0, %d)", rank, nranks);
+    const gs::Config cfg = makeConfig(config);
+    gs::setLogRank(rank);
+    auto uid = gs::control::UniqueId::parse(
+        {reinterpret_cast<const uint8_t*>(id->internal), sizeof(id->internal)});
+    auto handle = std::make_unique<gs_comm_s>();
+    handle->comm = gs::control::Communicator::create(nranks, uid, rank, cfg);
+    *out_comm = handle.release();
+  });
+}
+
+gs_status_t gs_comm_init_from_env_version(gs_comm_t* out_comm, const gs_config_t* config,
+                                          int api_version) {
+  return guard([&] {
+    checkApiVersion(api_version);
+    GS_ARG(out_comm != nullptr, "out_comm is NULL");
+    const gs::Config cfg = makeConfig(config);
+    auto handle = std::make_unique<gs_comm_s>();
+    handle->comm = gs::control::createFromEnvironment(cfg);
+    gs::setLogRank(handle->comm->rank());
+    *out_comm = handle.release();
+  });
+}
+
+gs_status_t gs_comm_rank(gs_comm_t comm, int* out_rank) {
+  return guard([&] {
+    auto& c = communicator(comm);
+    GS_ARG(out_rank != nullptr, "out_rank is NULL");
+    *out_rank = c.rank();
+  });
+}
+
+gs_status_t gs_comm_size(gs_comm_t comm, int* out_size) {
+  return guard([&] {
+    auto& c = communicator(comm);
+    GS_ARG(out_size != nullptr, "out_size is NULL");
+    *out_size = c.size();
+  });
+}
+
+gs_status_t gs_comm_abort(gs_comm_t comm) {
+  return guard([&] { communicator(comm).abort(); });
+}
+
+gs_status_t gs_comm_destroy(gs_comm_t comm) {
+  return guard([&] { delete comm; });
+}
+
+gs_status_t gs_allreduce(const void* sendbuff, void* recvbuff, size_t count, gs_dtype_t dtype,
+                         gs_redop_t op, gs_comm_t comm, struct CUstream_st* cuda_stream) {
+  return guard([&] {
+    auto args = allreduceArgs(sendbuff, recvbuff, count, dtype, op, comm, cuda_stream);
+    if (count > 0) communicator(comm).run(args);
+  });
+}
+
+gs_status_t gs_reduce_scatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                              gs_dtype_t dtype, gs_redop_t op, gs_comm_t comm,
+                              struct CUstream_st* cuda_stream) {
+  return guard([&] {
+    auto& c = communicator(comm);
+    checkTypes(dtype, op);
+    checkStream(cuda_stream);
+    const size_t recvBytes = bytesOf(recvcount, dtype, 1, "recvcount");
+    const size_t sendBytes = bytesOf(recvcount, dtype, static_cast<size_t>(c.size()), "recvcount");
+    GS_ARG(recvcount == 0 || sendbuff != nullptr, "sendbuff is NULL");
+    GS_ARG(recvcount == 0 || recvbuff != nullptr, "recvbuff is NULL");
+    checkOverlap(sendbuff, sendBytes, recvbuff, recvBytes,
+                 static_cast<const uint8_t*>(recvbuff) - recvBytes * static_cast<size_t>(c.rank()));
+    if (recvcount > 0) {
+      c.run(reduceArgs(gs::stream::CollectiveKind::kReduceScatter, sendbuff, recvbuff, recvcount,
+                       dtype, op));
+    }
+  });
+}
+
+gs_status_t gs_allgather(const void* sendbuff, void* recvbuff, size_t sendcount, gs_dtype_t dtype,
+                         gs_comm_t comm, struct CUstream_st* cuda_stream) {
+  return guard([&] {
+    auto& c = communicator(comm);
+    checkTypes(dtype, GS_SUM);
+    checkStream(cuda_stream);
+    const size_t sendBytes = bytesOf(sendcount, dtype, 1, "sendcount");
+    const size_t recvBytes = bytesOf(sendcount, dtype, static_cast<size_t>(c.size()), "sendcount");
+    GS_ARG(sendcount == 0 || sendbuff != nullptr, "sendbuff is NULL");
+    GS_ARG(sendcount == 0 || recvbuff != nullptr, "recvbuff is NULL");
+    checkOverlap(sendbuff, sendBytes, recvbuff, recvBytes,
+                 static_cast<const uint8_t*>(recvbuff) + sendBytes * static_cast<size_t>(c.rank()));
+    if (sendcount > 0) {
+      c.run(reduceArgs(gs::stream::CollectiveKind::kAllGather, sendbuff, recvbuff, sendcount, dtype,
+                       GS_SUM));
+    }
+  });
+}
+
+gs_status_t gs_broadcast(const void* sendbuff, void* recvbuff, size_t count, gs_dtype_t dtype,
+                         int root, gs_comm_t comm, struct CUstream_st* cuda_stream) {
+  return guard([&] {
+    auto& c = communicator(comm);
+    checkTypes(dtype, GS_SUM);
+    checkStream(cuda_stream);
+    GS_ARG(root >= 0 && root < c.size(), "root %d is out of range [0, %d)", root, c.size());
+    const size_t bytes = bytesOf(count, dtype, 1, "count");
+    GS_ARG(count == 0 || c.rank() != root || sendbuff != nullptr, "sendbuff is NULL on the root");
+    GS_ARG(count == 0 || recvbuff != nullptr, "recvbuff is NULL");
+    if (c.rank() == root) checkOverlap(sendbuff, bytes, recvbuff, bytes, recvbuff);
+    if (count > 0) {
+      auto args = reduceArgs(gs::stream::CollectiveKind::kBroadcast, sendbuff, recvbuff, count,
+                             dtype, GS_SUM);
+      args.root = root;
+      c.run(args);
+    }
+  });
+}
+
+gs_status_t gs_iallreduce(const void* sendbuff, void* recvbuff, size_t count, gs_dtype_t dtype,
+                          gs_redop_t op, gs_comm_t comm, struct CUstream_st* cuda_stream,
+                          gs_request_t* out_request) {
+  return guard([&] {
+    GS_ARG(out_request != nullptr, "out_request is NULL");
+    auto args = allreduceArgs(sendbuff, recvbuff, count, dtype, op, comm, cuda_stream);
+    auto handle = std::make_unique<gs_request_s>();
+    handle->timeoutMs = communicator(comm).config().timeoutMs;
+    if (count > 0) {
+      handle->request = communicator(comm).submit(args);
+    } else {
+      handle->request = std::make_shared<gs::control::Request>(args);
+      handle->request->complete(Errc::kOk, "");
+    }
+    *out_request = handle.release();
+  });
+}
+
+static gs_status_t requestStatus(const gs_request_t request) {
+  const Errc code = request->request->status();
+  if (code != Errc::kOk) setLastError(request->request->message().c_str());
+  return static_cast<gs_status_t>(code);
+}
+
+gs_status_t gs_test(gs_request_t request, int* out_done) {
+  gs_status_t s = guard([&] {
+    GS_ARG(request != nullptr, "request is NULL");
+    GS_ARG(out_done != nullptr, "out_done is NULL");
+  });
+  if (s != GS_OK) return s;
+  if (!request->request->done()) {
+    *out_done = 0;
+    return GS_IN_PROGRESS;
+  }
+  *out_done = 1;
+  return requestStatus(request);
+}
+
+gs_status_t gs_wait(gs_request_t request, int timeout_ms) {
+  gs_status_t s = guard([&] { GS_ARG(request != nullptr, "request is NULL"); });
+  if (s != GS_OK) return s;
+  const int64_t ms = timeout_ms >= 0 ? timeout_ms : request->timeoutMs;
+  if (!request->request->waitUntil(gs::Deadline::afterMs(ms))) {
+    setLastError(gs::formatString("request still running after %lld ms", static_cast<long long>(ms)).c_str());
+    return GS_ERR_TIMEOUT;
+  }
+  return requestStatus(request);
+}
+
+gs_status_t gs_request_free(gs_request_t request) {
+  if (request == nullptr) return GS_OK;
+  // The progress thread may still write into the user's buffers: wait (bounded) first.
+  if (!request->request->waitUntil(gs::Deadline::afterMs(request->timeoutMs))) {
+    setLastError("request still running; not freed");
+    return GS_ERR_TIMEOUT;
+  }
+  delete request;
+  return GS_OK;
+}
+
+}  // extern "C"

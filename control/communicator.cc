@@ -1,0 +1,303 @@
+#include "control/communicator.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "common/bytes.h"
+#include "common/log.h"
+#include "control/bootstrap.h"
+
+namespace gs::control {
+namespace {
+
+constexpr uint32_t kPeerInfoMagic = 0x49505347;  // "GSPI"
+constexpr uint16_t kPeerInfoVersion = 1;
+
+// What each rank tells every other through the rendezvous.
+struct PeerInfo {
+  std::string hostname;
+  int32_t pid = 0;
+  std::string transport;
+  int64_t chunkBytes = 0;
+  int64_t slots = 0;
+  std::string codec;
+  std::vector<uint8_t> address;  // transport blob
+  std::vector<std::pair<int32_t, transport::RemoteKey>> slotKeys;  // (for peer, its slots)
+
+  std::vector<uint8_t> serialize() const {
+    ByteWriter w;
+    w.put(kPeerInfoMagic);
+    w.put(kPeerInfoVersion);
+    w.putString(hostname);
+    w.put(pid);
+    w.putString(transport);
+    w.put(chunkBytes);
+    w.put(slots);
+    w.putString(codec);
+    w.putBytes(address);
+    w.put(static_cast<uint32_t>(slotKeys.size()));
+    for (const auto& [peer, key] : slotKeys) {
+      w.put(peer);
+      w.put(key);
+    }
+    return std::move(w.bytes());
+  }
+
+  static PeerInfo parse(std::span<const uint8_t> bytes, int rank) {
+    ByteReader r(bytes, formatString("rendezvous record of rank %d", rank));
+    GS_CHECK(r.get<uint32_t>() == kPeerInfoMagic && r.get<uint16_t>() == kPeerInfoVersion,
+             Errc::kRemote, "rank %d runs an incompatible gradstream version", rank);
+    PeerInfo p;
+    p.hostname = r.getString(256);
+    p.pid = r.get<int32_t>();
+    p.transport = r.getString(64);
+    p.chunkBytes = r.get<int64_t>();
+    p.slots = r.get<int64_t>();
+    p.codec = r.getString(256);
+    p.address = r.getBytes(4096);
+    const auto n = r.get<uint32_t>();
+    GS_CHECK(n <= 64, Errc::kRemote, "rank %d sent %u slot keys", rank, n);
+    for (uint32_t i = 0; i < n; ++i) {
+      auto peer = r.get<int32_t>();
+      auto key = r.get<transport::RemoteKey>();
+      GS_CHECK(key.length <= transport::RemoteKey::kMaxBytes, Errc::kRemote,
+               "rank %d sent a malformed memory key", rank);
+      p.slotKeys.emplace_back(peer, key);
+    }
+    GS_CHECK(r.atEnd(), Errc::kRemote, "rank %d sent trailing bytes", rank);
+    return p;
+  }
+};
+
+std::string hostName() {
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+// Settings every rank must share, or collectives would not match chunk for chunk.
+void checkCompatible(const PeerInfo& mine, const PeerInfo& theirs, int myRank, int theirRank) {
+  GS_CHECK(mine.transport == theirs.transport, Errc::kInvalidArgument,
+           "rank %d uses transport '%s' but rank %d uses '%s' (set GS_TRANSPORT alike on all ranks)",
+           myRank, mine.transport.c_str(), theirRank, theirs.transport.c_str());
+  GS_CHECK(mine.chunkBytes == theirs.chunkBytes && mine.slots == theirs.slots, Errc::kInvalidArgument,
+           "rank %d uses chunk_bytes=%lld slots=%lld but rank %d uses chunk_bytes=%lld slots=%lld "
+           "(set GS_CHUNK_BYTES and GS_SLOTS_PER_PEER alike on all ranks)",
+           myRank, static_cast<long long>(mine.chunkBytes), static_cast<long long>(mine.slots),
+           theirRank, static_cast<long long>(theirs.chunkBytes), static_cast<long long>(theirs.slots));
+  GS_CHECK(mine.codec == theirs.codec, Errc::kInvalidArgument,
+           "rank %d uses codec '%s' but rank %d uses '%s'", myRank, mine.codec.c_str(), theirRank,
+           theirs.codec.c_str());
+}
+
+}  // namespace
+
+void Request::complete(Errc code, std::string message) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_ = true;
+    status_ = code;
+    message_ = std::move(message);
+  }
+  cv_.notify_all();
+}
+
+bool Request::done() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+bool Request::waitUntil(Deadline deadline) const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return cv_.wait_until(lock, deadline.at(), [&] { return done_; });
+}
+
+Errc Request::status() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return status_;
+}
+
+std::string Request::message() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return message_;
+}
+
+Communicator::Communicator(int nranks, int rank, const Config& config)
+    : nranks_(nranks), rank_(rank), config_(config) {}
+
+std::unique_ptr<Communicator> Communicator::create(int nranks, const UniqueId& id, int rank,
+                                                   const Config& config) {
+  GS_CHECK(nranks >= 1, Errc::kInvalidArgument, "nranks %d must be >= 1", nranks);
+  GS_CHECK(rank >= 0 && rank < nranks, Errc::kInvalidArgument, "rank %d out of range [0, %d)",
+           rank, nranks);
+  config.validate();
+  std::unique_ptr<Communicator> comm(new Communicator(nranks, rank, config));
+  comm->connect(id);
+  return comm;
+}
+
+void Communicator::connect(const UniqueId& id) {
+  const Deadline deadline = Deadline::afterMs(config_.timeoutMs);
+  BootstrapClient bootstrap = BootstrapClient::connect(id, rank_, nranks_, deadline);
+
+  transportName_ = transport::resolveTransportName(config_.transport);
+  transport::DeviceOptions options;
+  options.rank = rank_;
+  options.nranks = nranks_;
+  options.secret = id.secret;
+  options.bindAddress = bootstrap.localAddress();
+  memcpy(&options.fabricId, id.secret.data(), sizeof(options.fabricId));
+  options.config = config_;
+  device_ = transport::createDevice(transportName_, options);
+
+  // The ring schedules talk to the two ring neighbours only.
+  std::set<int> neighbours;
+  if (nranks_ > 1) {
+    neighbours.insert((rank_ + 1) % nranks_);
+    neighbours.insert((rank_ + nranks_ - 1) % nranks_);
+  }
+  stream::SlotLayout layout;
+  layout.slots = static_cast<size_t>(config_.slotsPerPeer);
+  layout.chunkBytes = static_cast<size_t>(config_.chunkBytes);
+  links_.resize(nranks_);
+  PeerInfo mine;
+  mine.hostname = hostName();
+  mine.pid = static_cast<int32_t>(getpid());
+  mine.transport = transportName_;
+  mine.chunkBytes = config_.chunkBytes;
+  mine.slots = config_.slotsPerPeer;
+  mine.codec = config_.codec;
+  mine.address = device_->address();
+  for (int p : neighbours) {
+    links_[p] = std::make_unique<stream::Link>(p, *device_, layout);
+    mine.slotKeys.emplace_back(p, links_[p]->recvSlotsKey());
+  }
+
+  auto records = bootstrap.allgather(mine.serialize(), deadline);
+  GS_CHECK(records.size() == static_cast<size_t>(nranks_), Errc::kRemote,
+           "rendezvous returned %zu records for %d ranks", records.size(), nranks_);
+  std::vector<PeerInfo> infos(nranks_);
+  for (int r = 0; r < nranks_; ++r) {
+    infos[r] = PeerInfo::parse(records[r], r);
+    checkCompatible(mine, infos[r], rank_, r);
+  }
+  for (int p : neighbours) {
+    auto it = std::find_if(infos[p].slotKeys.begin(), infos[p].slotKeys.end(),
+                           [&](const auto& e) { return e.first == rank_; });
+    GS_CHECK(it != infos[p].slotKeys.end(), Errc::kRemote,
+             "rank %d has no receive slots for rank %d", p, rank_);
+    links_[p]->attach(device_->connect(p, infos[p].address, deadline), it->second);
+  }
+  std::vector<stream::Link*> raw(nranks_, nullptr);
+  for (int p = 0; p < nranks_; ++p) raw[p] = links_[p].get();
+  engine_ = std::make_unique<stream::Engine>(rank_, nranks_, *device_, raw, config_, aborted_);
+  GS_LOG_INFO("communicator ready: rank %d of %d, transport %s on %s, chunk %lld B x %lld slots",
+              rank_, nranks_, transportName_.c_str(), options.bindAddress.c_str(),
+              static_cast<long long>(config_.chunkBytes), static_cast<long long>(config_.slotsPerPeer));
+}
+
+Communicator::~Communicator() {
+  {
+    std::lock_guard<std::mutex> lock(queueMutex_);
+    stopping_ = true;
+  }
+  queueCv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  std::lock_guard<std::mutex> lock(execMutex_);
+  bool healthy = !aborted_.load();
+  {
+    std::lock_guard<std::mutex> state(stateMutex_);
+    healthy = healthy && !failure_;
+  }
+  if (engine_ && healthy) engine_->farewell(Deadline::afterMs(std::min<int64_t>(config_.timeoutMs, 10000)));
+}
+
+void Communicator::checkUsable() const {
+  GS_CHECK(!aborted_.load(), Errc::kAborted, "communicator (rank %d) was aborted", rank_);
+  std::lock_guard<std::mutex> lock(stateMutex_);
+  if (failure_) {
+    throw Error(failure_->code(), std::string("communicator failed earlier: ") + failure_->what());
+  }
+}
+
+void Communicator::execute(const stream::CollectiveArgs& args) {
+  std::lock_guard<std::mutex> lock(execMutex_);
+  checkUsable();
+  try {
+    engine_->run(args);
+  } catch (const Error& e) {
+    std::lock_guard<std::mutex> state(stateMutex_);
+    if (!failure_) failure_ = e;
+    throw;
+  }
+}
+
+void Communicator::run(const stream::CollectiveArgs& args) {
+  checkUsable();
+  std::unique_lock<std::mutex> lock(queueMutex_);
+  // Earlier non-blocking requests go first (issue order). Each is bounded by the timeout.
+  queueCv_.wait(lock, [&] { return (queue_.empty() && !workerBusy_ && !inlineBusy_) || stopping_; });
+  inlineBusy_ = true;
+  lock.unlock();
+  struct Release {
+    Communicator* self;
+    ~Release() {
+      {
+        std::lock_guard<std::mutex> l(self->queueMutex_);
+        self->inlineBusy_ = false;
+      }
+      self->queueCv_.notify_all();
+    }
+  } release{this};
+  execute(args);
+}
+
+std::shared_ptr<Request> Communicator::submit(const stream::CollectiveArgs& args) {
+  checkUsable();
+  auto request = std::make_shared<Request>(args);
+  {
+    std::lock_guard<std::mutex> lock(queueMutex_);
+    if (!worker_.joinable()) worker_ = std::thread([this] { progressLoop(); });
+    queue_.push_back(request);
+  }
+  queueCv_.notify_all();
+  return request;
+}
+
+void Communicator::progressLoop() {
+  setLogRank(rank_);
+  std::unique_lock<std::mutex> lock(queueMutex_);
+  for (;;) {
+    queueCv_.wait(lock, [&] { return (!queue_.empty() && !inlineBusy_) || stopping_; });
+    if (queue_.empty()) return;  // stopping with nothing left
+    auto request = queue_.front();
+    queue_.pop_front();
+    workerBusy_ = true;
+    lock.unlock();
+    try {
+      execute(request->args());
+      request->complete(Errc::kOk, "");
+    } catch (const Error& e) {
+      request->complete(e.code(), e.what());
+    } catch (const std::exception& e) {
+      request->complete(Errc::kInternal, e.what());
+    }
+    lock.lock();
+    workerBusy_ = false;
+    queueCv_.notify_all();
+  }
+}
+
+void Communicator::abort() {
+  aborted_.store(true);
+  if (device_) device_->interrupt();
+  // When no collective is running, tell the peers here; otherwise the running one does.
+  std::unique_lock<std::mutex> lock(execMutex_, std::try_to_lock);
+  if (lock.owns_lock() && engine_) engine_->notifyPeers(rank_);
+  GS_LOG_WARN("communicator rank %d of %d aborted", rank_, nranks_);
+}
+
+}  // namespace gs::control

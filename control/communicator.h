@@ -1,0 +1,103 @@
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "control/unique_id.h"
+#include "stream/engine.h"
+#include "stream/link.h"
+#include "transport/device.h"
+
+namespace gs::control {
+
+/// Completion state of a non-blocking collective. Shared by the caller's handle and the
+/// communicator's progress thread; thread-safe.
+class Request {
+ public:
+  explicit Request(stream::CollectiveArgs args) : args_(args) {}
+  const stream::CollectiveArgs& args() const { return args_; }
+
+  void complete(Errc code, std::string message);
+  bool done() const;
+  /// Waits until done or the deadline; returns whether it is done.
+  bool waitUntil(Deadline deadline) const;
+  Errc status() const;
+  std::string message() const;
+
+ private:
+  stream::CollectiveArgs args_;
+  mutable std::mutex mutex_;
+  mutable std::condition_variable cv_;
+  bool done_ = false;
+  Errc status_ = Errc::kOk;
+  std::string message_;
+};
+
+/// One rank's membership in a communicator: the transport device, a link per ring neighbour,
+/// the engine, and a progress thread for non-blocking calls (started on first use).
+///
+/// Collectives on one communicator run one at a time in issue order; blocking calls from
+/// several threads are serialized. abort() may be called from any thread. After a collective
+/// fails, the communicator is broken: every later call reports that first error. Destroying it
+/// waits for queued requests (each bounded by the timeout).
+class Communicator {
+ public:
+  /// Joins the communicator through rank 0's rendezvous (collective, blocking, deadline from
+  /// config.timeoutMs).
+  static std::unique_ptr<Communicator> create(int nranks, const UniqueId& id, int rank,
+                                              const Config& config);
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int size() const { return nranks_; }
+  const Config& config() const { return config_; }
+  std::string transportName() const { return transportName_; }
+
+  /// Runs a collective to completion on this rank. Throws gs::Error.
+  void run(const stream::CollectiveArgs& args);
+  /// Queues a collective for the progress thread.
+  std::shared_ptr<Request> submit(const stream::CollectiveArgs& args);
+
+  void abort();
+  const stream::CollectiveStats& lastStats() const { return engine_->lastStats(); }
+
+ private:
+  Communicator(int nranks, int rank, const Config& config);
+  void connect(const UniqueId& id);
+  void execute(const stream::CollectiveArgs& args);  // holds execMutex_
+  void progressLoop();
+  void checkUsable() const;
+
+  int nranks_;
+  int rank_;
+  Config config_;
+  std::string transportName_;
+  // Declared in acquisition order: links and engine go before the device they use.
+  std::unique_ptr<transport::Device> device_;
+  std::vector<std::unique_ptr<stream::Link>> links_;
+  std::unique_ptr<stream::Engine> engine_;
+
+  std::atomic<bool> aborted_{false};
+  std::mutex execMutex_;  // one collective at a time; guards the links and engine
+  mutable std::mutex stateMutex_;
+  std::optional<Error> failure_;
+
+  std::mutex queueMutex_;
+  std::condition_variable queueCv_;
+  std::deque<std::shared_ptr<Request>> queue_;
+  bool workerBusy_ = false;
+  bool inlineBusy_ = false;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+}  // namespace gs::control

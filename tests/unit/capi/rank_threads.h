@@ -1,0 +1,51 @@
+#pragma once
+
+// Runs N ranks as threads of this process through the public C API (the Gloo BaseTest::spawn
+// pattern): a real rendezvous on 127.0.0.1, then the transport under test.
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gradstream/gradstream.h"
+
+namespace gs::testing {
+
+struct RankOptions {
+  const char* transport = "loopback";
+  int64_t timeoutMs = 20000;
+  int64_t chunkBytes = -1;
+  int64_t slots = -1;
+};
+
+/// Creates nranks communicators on threads, runs body(rank, comm) on each, destroys them.
+inline void runRanks(int nranks, const RankOptions& opt,
+                     const std::function<void(int, gs_comm_t)>& body) {
+  gs_unique_id_t id;
+  ASSERT_EQ(gs_get_unique_id(&id), GS_OK) << gs_last_error();
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(nranks);
+  for (int r = 0; r < nranks; ++r) {
+    threads.emplace_back([&, r] {
+      gs_config_t cfg;
+      gs_config_init(&cfg);
+      cfg.transport = opt.transport;
+      cfg.timeout_ms = opt.timeoutMs;
+      cfg.chunk_bytes = opt.chunkBytes;
+      cfg.slots_per_peer = opt.slots;
+      gs_comm_t comm = nullptr;
+      if (gs_comm_init_rank(&comm, nranks, &id, r, &cfg) != GS_OK) {
+        errors[r] = gs_last_error();
+        return;
+      }
+      body(r, comm);
+      gs_comm_destroy(comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < nranks; ++r) EXPECT_EQ(errors[r], "") << "rank " << r << " failed to init";
+}
+
+}  // namespace gs::testing

@@ -1,0 +1,116 @@
+#include "perf/launcher.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+namespace {
+
+// An unused loopback port, found by binding port 0. Another process could take it before rank
+// 0 binds; the rendezvous then fails with a clear error and the run can simply be repeated.
+int freeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+std::string randomHex() {
+  unsigned char b[16];
+  if (getrandom(b, sizeof(b), 0) != static_cast<ssize_t>(sizeof(b))) return "gs-perf";
+  std::string s;
+  char h[3];
+  for (unsigned char c : b) {
+    snprintf(h, sizeof(h), "%02x", c);
+    s += h;
+  }
+  return s;
+}
+
+double now() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<double>(t.tv_sec) + t.tv_nsec * 1e-9;
+}
+
+}  // namespace
+
+int launchLocalRanks(int nranks, char** argv, int timeoutSeconds) {
+  const int port = freeLoopbackPort();
+  if (port < 0) {
+    fprintf(stderr, "gradstream-perf: cannot find a free loopback port\n");
+    return 1;
+  }
+  const std::string secret = randomHex();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < nranks; ++r) {
+    pid_t pid = fork();
+    if (pid < 0) {
+      perror("fork");
+      break;
+    }
+    if (pid == 0) {
+      setenv("RANK", std::to_string(r).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(nranks).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      setenv("GS_SECRET", secret.c_str(), 1);
+      execv("/proc/self/exe", argv);
+      perror("execv");
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  int result = pids.size() == static_cast<size_t>(nranks) ? 0 : 1;
+  const double deadline = now() + timeoutSeconds;
+  size_t alive = pids.size();
+  bool killed = false;
+  while (alive > 0) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      --alive;
+      int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (code != 0 && result == 0) {
+        result = code;
+        fprintf(stderr, "gradstream-perf: a rank exited with status %d\n", code);
+      }
+      continue;
+    }
+    if ((result != 0 || now() > deadline) && !killed) {
+      // One rank failed (the others will fail within their own timeout, but do not wait) or
+      // the whole run is over time.
+      if (result == 0) {
+        fprintf(stderr, "gradstream-perf: ranks still running after %d s, killing them\n",
+                timeoutSeconds);
+        result = 124;
+      }
+      usleep(200 * 1000);  // let the peers print their errors first
+      for (pid_t p : pids) kill(p, SIGKILL);
+      killed = true;
+    }
+    usleep(5 * 1000);
+  }
+  return result;
+}

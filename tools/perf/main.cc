@@ -1,0 +1,314 @@
+// gradstream-perf: collective throughput in the style of nccl-tests.
+//   gradstream-perf --ranks 4 -b 1M -e 256M -f 2 -n 20 -w 5 -c 1
+// With --ranks N it starts N local processes itself; without it, it joins the ranks a launcher
+// started (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, or Slurm / Open MPI variables).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "gradstream/gradstream.h"
+#include "perf/check.h"
+#include "perf/launcher.h"
+
+namespace {
+
+struct Options {
+  size_t minBytes = 8, maxBytes = 128 << 20;
+  double factor = 2;
+  int iters = 20, warmup = 5;
+  bool check = true;
+  gs_dtype_t dtype = GS_FLOAT32;
+  gs_redop_t op = GS_SUM;
+  std::string coll = "allreduce";
+  int root = 0;
+  int ranks = 0;
+  bool inPlace = false;
+  int timeoutSeconds = 900;
+};
+
+[[noreturn]] void usage(const char* why) {
+  if (why) fprintf(stderr, "gradstream-perf: %s\n\n", why);
+  fprintf(stderr,
+          "usage: gradstream-perf [--ranks N] [-b bytes] [-e bytes] [-f factor] [-n iters]\n"
+          "       [-w warmup] [-c 0|1] [-d float32|float16|bfloat16|float64|int32|int64|uint8]\n"
+          "       [-o sum|avg|min|max|prod] [--coll allreduce|reduce_scatter|allgather|broadcast]\n"
+          "       [-r root] [--inplace] [--timeout seconds]\n"
+          "Sizes take K/M/G suffixes. Transport and tuning come from GS_* variables.\n");
+  exit(2);
+}
+
+size_t parseSize(const char* s) {
+  char* end = nullptr;
+  double v = strtod(s, &end);
+  if (end == s || v < 0) usage("bad size");
+  switch (*end) {
+    case 'k': case 'K': v *= 1024; break;
+    case 'm': case 'M': v *= 1024 * 1024; break;
+    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
+    case '\0': break;
+    default: usage("bad size suffix");
+  }
+  return static_cast<size_t>(v);
+}
+
+gs_dtype_t parseDtype(const std::string& s) {
+  static const char* names[] = {"float32", "float16", "bfloat16", "float64", "int32", "int64", "uint8"};
+  for (int i = 0; i < 7; ++i) {
+    if (s == names[i]) return static_cast<gs_dtype_t>(i);
+  }
+  if (s == "float" || s == "fp32") return GS_FLOAT32;
+  if (s == "half" || s == "fp16") return GS_FLOAT16;
+  if (s == "bf16") return GS_BFLOAT16;
+  usage("unknown dtype");
+}
+
+const char* dtypeName(gs_dtype_t d) {
+  static const char* names[] = {"float32", "float16", "bfloat16", "float64", "int32", "int64", "uint8"};
+  return names[d];
+}
+
+gs_redop_t parseOp(const std::string& s) {
+  static const char* names[] = {"sum", "avg", "min", "max", "prod"};
+  for (int i = 0; i < 5; ++i) {
+    if (s == names[i]) return static_cast<gs_redop_t>(i);
+  }
+  usage("unknown op");
+}
+
+const char* opName(gs_redop_t o) {
+  static const char* names[] = {"sum", "avg", "min", "max", "prod"};
+  return names[o];
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) usage(("missing value after " + a).c_str());
+      return argv[++i];
+    };
+    if (a == "-b" || a == "--minbytes") o.minBytes = parseSize(next());
+    else if (a == "-e" || a == "--maxbytes") o.maxBytes = parseSize(next());
+    else if (a == "-f" || a == "--stepfactor") o.factor = atof(next());
+    else if (a == "-n" || a == "--iters") o.iters = atoi(next());
+    else if (a == "-w" || a == "--warmup_iters") o.warmup = atoi(next());
+    else if (a == "-c" || a == "--check") o.check = atoi(next()) != 0;
+    else if (a == "-d" || a == "--datatype") o.dtype = parseDtype(next());
+    else if (a == "-o" || a == "--op") o.op = parseOp(next());
+    else if (a == "-r" || a == "--root") o.root = atoi(next());
+    else if (a == "--coll") o.coll = next();
+    else if (a == "--ranks") o.ranks = atoi(next());
+    else if (a == "--inplace") o.inPlace = true;
+    else if (a == "--timeout") o.timeoutSeconds = atoi(next());
+    else if (a == "-h" || a == "--help") usage(nullptr);
+    else usage(("unknown argument " + a).c_str());
+  }
+  if (o.factor <= 1 || o.iters < 1 || o.warmup < 0 || o.minBytes > o.maxBytes) usage("bad sweep");
+  if (o.coll != "allreduce" && o.coll != "reduce_scatter" && o.coll != "allgather" &&
+      o.coll != "broadcast") {
+    usage("unknown collective");
+  }
+  return o;
+}
+
+#define GS_TRY(call)                                                                       \
+  do {                                                                                     \
+    gs_status_t s_ = (call);                                                               \
+    if (s_ != GS_OK) {                                                                     \
+      fprintf(stderr, "gradstream-perf: rank %d: %s failed: %s: %s\n", rank, #call,        \
+              gs_status_string(s_), gs_last_error());                                      \
+      exit(3);                                                                             \
+    }                                                                                      \
+  } while (0)
+
+int rank = -1;
+
+struct Bench {
+  Options o;
+  gs_comm_t comm;
+  int nranks;
+  size_t esize;
+
+  // Elements per rank-side buffer for a message of `bytes` (nccl-tests: size is the larger
+  // buffer, i.e. the full vector for allreduce/broadcast and N blocks for the others).
+  size_t blockCount(size_t bytes) const {
+    size_t count = bytes / esize;
+    if (o.coll == "reduce_scatter" || o.coll == "allgather") count /= static_cast<size_t>(nranks);
+    return count;
+  }
+
+  void runOnce(const void* send, void* recv, size_t count) {
+    if (o.coll == "allreduce") GS_TRY(gs_allreduce(send, recv, count, o.dtype, o.op, comm, nullptr));
+    else if (o.coll == "reduce_scatter") GS_TRY(gs_reduce_scatter(send, recv, count, o.dtype, o.op, comm, nullptr));
+    else if (o.coll == "allgather") GS_TRY(gs_allgather(send, recv, count, o.dtype, comm, nullptr));
+    else GS_TRY(gs_broadcast(send, recv, count, o.dtype, o.root, comm, nullptr));
+  }
+
+  void barrier() {
+    float x = 0, y = 0;
+    GS_TRY(gs_allreduce(&x, &y, 1, GS_FLOAT32, GS_SUM, comm, nullptr));
+  }
+
+  double maxOverRanks(double v) {
+    double out = 0;
+    GS_TRY(gs_allreduce(&v, &out, 1, GS_FLOAT64, GS_MAX, comm, nullptr));
+    return out;
+  }
+
+  int64_t sumOverRanks(int64_t v) {
+    int64_t out = 0;
+    GS_TRY(gs_allreduce(&v, &out, 1, GS_INT64, GS_SUM, comm, nullptr));
+    return out;
+  }
+
+  // Fills the inputs, runs once, and counts wrong elements on this rank.
+  size_t check(uint8_t* sendBase, uint8_t* recv, size_t count) {
+    const bool reduce = o.coll == "allreduce" || o.coll == "reduce_scatter";
+    const gs_redop_t op = reduce ? o.op : GS_SUM;
+    const double tol = o.op == GS_AVG && reduce ? (esize == 2 ? 1e-2 : 1e-6) : 0.0;
+    uint8_t* send = o.inPlace ? inPlaceSend(sendBase, recv, count) : sendBase;
+    if (o.coll == "allreduce") {
+      fillContribution(send, o.dtype, op, rank, count, 0);
+      runOnce(send, recv, count);
+      return countWrong(recv, o.dtype, count, 0, tol,
+                        [&](size_t i) { return expectedReduction(o.dtype, op, nranks, i); });
+    }
+    if (o.coll == "reduce_scatter") {
+      fillContribution(send, o.dtype, op, rank, count * nranks, 0);
+      runOnce(send, recv, count);
+      return countWrong(recv, o.dtype, count, count * rank, tol,
+                        [&](size_t i) { return expectedReduction(o.dtype, op, nranks, i); });
+    }
+    if (o.coll == "allgather") {
+      fillContribution(send, o.dtype, GS_SUM, rank, count, 0);
+      runOnce(send, recv, count);
+      size_t wrong = 0;
+      for (int r = 0; r < nranks; ++r) {
+        wrong += countWrong(recv + count * esize * r, o.dtype, count, 0, 0,
+                            [&](size_t i) { return contribution(GS_SUM, r, i); });
+      }
+      return wrong;
+    }
+    fillContribution(send, o.dtype, GS_SUM, rank, count, 0);
+    runOnce(send, recv, count);
+    return countWrong(recv, o.dtype, count, 0, 0,
+                      [&](size_t i) { return contribution(GS_SUM, o.root, i); });
+  }
+
+  uint8_t* inPlaceSend(uint8_t* sendBase, uint8_t* recv, size_t count) {
+    (void)sendBase;
+    if (o.coll == "reduce_scatter") return recv;  // recv is then the N-block buffer, see run()
+    if (o.coll == "allgather") return recv + count * esize * rank;
+    return recv;
+  }
+
+  void run() {
+    const size_t maxElems = o.maxBytes / esize + nranks;
+    std::vector<uint8_t> sendBuf(maxElems * esize + 64), recvBuf(maxElems * esize + 64);
+    printf("# gradstream-perf: %s, %d ranks, dtype %s, op %s, %s, %d iterations after %d warm-up\n",
+           o.coll.c_str(), nranks, dtypeName(o.dtype), opName(o.op),
+           o.inPlace ? "in place" : "out of place", o.iters, o.warmup);
+    printf("# time is the median over iterations of the slowest rank, each iteration after a barrier\n");
+    printf("# %10s %12s %8s %6s %5s %11s %11s %11s %7s\n", "size(B)", "count", "type", "redop",
+           "root", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    fflush(stdout);
+    int64_t totalWrong = 0;
+    for (size_t bytes = o.minBytes; bytes <= o.maxBytes;) {
+      const size_t count = blockCount(bytes);
+      const size_t sizeBytes = (o.coll == "reduce_scatter" || o.coll == "allgather")
+                                   ? count * esize * nranks
+                                   : count * esize;
+      uint8_t* send = sendBuf.data();
+      uint8_t* recv = recvBuf.data();
+      if (o.inPlace && o.coll == "reduce_scatter") {
+        // In place: the N-block input is recvBuf; this rank's output is block `rank` of it.
+        send = recvBuf.data();
+        recv = recvBuf.data() + count * esize * rank;
+      }
+      int64_t wrong = 0;
+      if (o.check) {
+        wrong = static_cast<int64_t>(o.coll == "reduce_scatter" && o.inPlace
+                                         ? checkReduceScatterInPlace(send, count)
+                                         : check(send, recv, count));
+      }
+      const void* in = o.inPlace ? static_cast<const void*>(inPlaceSend(send, recv, count)) : send;
+      if (o.inPlace && o.coll == "reduce_scatter") in = send;
+      for (int i = 0; i < o.warmup; ++i) runOnce(in, recv, count);
+      std::vector<double> times;
+      for (int i = 0; i < o.iters; ++i) {
+        barrier();
+        auto t0 = std::chrono::steady_clock::now();
+        runOnce(in, recv, count);
+        auto t1 = std::chrono::steady_clock::now();
+        times.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      }
+      std::sort(times.begin(), times.end());
+      const double us = maxOverRanks(times[times.size() / 2]);
+      wrong = sumOverRanks(wrong);
+      totalWrong += wrong;
+      const double algbw = us > 0 ? static_cast<double>(sizeBytes) / us / 1e3 : 0;
+      const double factor = o.coll == "allreduce" ? 2.0 * (nranks - 1) / nranks
+                            : o.coll == "broadcast" ? 1.0
+                                                    : static_cast<double>(nranks - 1) / nranks;
+      if (rank == 0) {
+        printf("  %10zu %12zu %8s %6s %5d %11.1f %11.3f %11.3f %7lld\n", sizeBytes,
+               sizeBytes / esize, dtypeName(o.dtype),
+               (o.coll == "allreduce" || o.coll == "reduce_scatter") ? opName(o.op) : "none",
+               o.coll == "broadcast" ? o.root : -1, us, algbw, algbw * factor,
+               static_cast<long long>(wrong));
+        fflush(stdout);
+      }
+      const size_t next = static_cast<size_t>(static_cast<double>(bytes) * o.factor);
+      bytes = next > bytes ? next : bytes + 1;
+    }
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    const double rss = maxOverRanks(static_cast<double>(ru.ru_maxrss));
+    if (rank == 0) {
+      printf("# peak_rss_kb %.0f\n", rss);
+      printf("# Out of bounds values : %lld %s\n", static_cast<long long>(totalWrong),
+             totalWrong == 0 ? "OK" : "FAILED");
+    }
+    if (totalWrong != 0) exit(4);
+  }
+
+  size_t checkReduceScatterInPlace(uint8_t* buf, size_t count) {
+    const gs_redop_t op = o.op;
+    const double tol = op == GS_AVG ? (esize == 2 ? 1e-2 : 1e-6) : 0.0;
+    fillContribution(buf, o.dtype, op, rank, count * nranks, 0);
+    uint8_t* out = buf + count * esize * rank;
+    runOnce(buf, out, count);
+    return countWrong(out, o.dtype, count, count * rank, tol,
+                      [&](size_t i) { return expectedReduction(o.dtype, op, nranks, i); });
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o = parse(argc, argv);
+  if (o.ranks > 0 && getenv("RANK") == nullptr) return launchLocalRanks(o.ranks, argv, o.timeoutSeconds);
+
+  gs_comm_t comm = nullptr;
+  GS_TRY(gs_comm_init_from_env(&comm, nullptr));
+  int nranks = 0;
+  GS_TRY(gs_comm_rank(comm, &rank));
+  GS_TRY(gs_comm_size(comm, &nranks));
+  if (o.root < 0 || o.root >= nranks) usage("root out of range");
+  if (rank != 0) {
+    // Only rank 0 prints the table.
+    if (!freopen("/dev/null", "w", stdout)) return 1;
+  }
+  Bench b{o, comm, nranks, dtypeSize(o.dtype)};
+  b.run();
+  GS_TRY(gs_comm_destroy(comm));
+  return 0;
+}
