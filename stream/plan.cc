@@ -108,6 +108,7 @@ class PlanBuilder {
     for (uint64_t off = 0, c = 0; off < st.recvCount; off += in_.chunkElements, ++c) {
       const auto n = static_cast<uint32_t>(std::min<uint64_t>(in_.chunkElements, st.recvCount - off));
       RecvOp op{static_cast<uint16_t>(step), static_cast<uint32_t>(c), off, n, st.action, st.finalize};
+      op.incomingFirst = st.incomingFirst;
       Access a{step, sc.recvLink, false, 0, {}, {}};
       if (st.action != RecvAction::kReduceToSlot) {
         op.dst = const_cast<uint8_t*>(address(st.dst)) + off * in_.elementSize;

@@ -37,6 +37,7 @@ struct RecvOp {
   uint32_t count;
   RecvAction action;
   bool finalize;
+  bool incomingFirst = false;
   bool forwarded = false;    // a later send forwards this chunk from its slot
   uint8_t* dst = nullptr;
   const uint8_t* operand = nullptr;

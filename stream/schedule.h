@@ -42,6 +42,8 @@ struct Step {
   BufferRange operand;            // kReduceWith, kReduceToSlot
   size_t recvCount = 0;           // elements received
   bool finalize = false;          // the reduction is complete here: apply kAvg's division
+  bool incomingFirst = false;     // kReduceWith computes op(incoming, operand): the lower rank's
+                                  // value goes first on both ranks, so results match bit for bit
 };
 
 enum class CollectiveKind : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
@@ -70,6 +72,9 @@ BufferRange ringSegment(BufferId buffer, size_t count, int n, int j);
 
 /// Ring allreduce: reduce-scatter then allgather, 2(N-1) steps, forwarding through slots.
 Schedule ringAllReduce(int rank, int nranks, size_t count);
+/// Two ranks exchange whole buffers and both reduce locally: one round of messages instead of
+/// the ring's two, for latency-bound (small) allreduces.
+Schedule exchangeAllReduce(int rank, int nranks, size_t count);
 /// Ring reduce-scatter of N blocks of `count` elements each; rank r ends with block r.
 Schedule ringReduceScatter(int rank, int nranks, size_t count);
 /// Ring allgather of one block of `count` elements per rank.
@@ -77,14 +82,16 @@ Schedule ringAllGather(int rank, int nranks, size_t count);
 /// Pipelined chain broadcast from root along the ring order.
 Schedule chainBroadcast(int rank, int nranks, int root, size_t count);
 
-/// Builds the schedule of any collective kind.
-Schedule buildSchedule(CollectiveKind kind, int rank, int nranks, int root, size_t count);
+/// Builds the schedule of any collective kind. latencyBound selects the one-round exchange for
+/// a 2-rank allreduce (ignored elsewhere).
+Schedule buildSchedule(CollectiveKind kind, int rank, int nranks, int root, size_t count,
+                       bool latencyBound = false);
 
 /// Symbolic check: runs the schedules of all ranks with no network, values represented as the
 /// set of (rank, element) contributions, and verifies every rank's final buffer is exactly the
 /// collective's result (each contribution once, averages finalized once, no deadlock, matching
 /// sizes between sender and receiver). Returns "" on success, else what went wrong.
 std::string checkSchedules(CollectiveKind kind, int nranks, int root, size_t count,
-                           bool averaging);
+                           bool averaging, bool latencyBound = false);
 
 }  // namespace gs::stream

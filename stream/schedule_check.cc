@@ -22,8 +22,8 @@ struct Failure {
 
 class Checker {
  public:
-  Checker(CollectiveKind kind, int nranks, int root, size_t count, bool averaging)
-      : kind_(kind), n_(nranks), root_(root), count_(count), averaging_(averaging) {}
+  Checker(CollectiveKind kind, int nranks, int root, size_t count, bool averaging, bool latency)
+      : kind_(kind), n_(nranks), root_(root), count_(count), averaging_(averaging), latency_(latency) {}
 
   std::string run() {
     try {
@@ -82,7 +82,7 @@ class Checker {
     ranks_.resize(n_);
     for (int r = 0; r < n_; ++r) {
       RankState& s = ranks_[r];
-      s.schedule = buildSchedule(kind_, r, n_, root_, count_);
+      s.schedule = buildSchedule(kind_, r, n_, root_, count_, latency_);
       s.send.resize(s.schedule.sendCount);
       for (size_t i = 0; i < s.send.size(); ++i) s.send[i] = Sym{static_cast<int64_t>(i), single(r), 0};
       s.recv.resize(s.schedule.recvCount);
@@ -228,14 +228,16 @@ class Checker {
   int n_, root_;
   size_t count_;
   bool averaging_;
+  bool latency_;
   std::vector<RankState> ranks_;
   std::map<std::pair<int, int>, std::deque<std::vector<Sym>>> links_;
 };
 
 }  // namespace
 
-std::string checkSchedules(CollectiveKind kind, int nranks, int root, size_t count, bool averaging) {
-  return Checker(kind, nranks, root, count, averaging).run();
+std::string checkSchedules(CollectiveKind kind, int nranks, int root, size_t count, bool averaging,
+                           bool latencyBound) {
+  return Checker(kind, nranks, root, count, averaging, latencyBound).run();
 }
 
 }  // namespace gs::stream
