@@ -13,6 +13,7 @@
 #     --build DIR    where the peer programs are built (default build/bench)
 #     --timeout S    bound on each launch (default 300)
 #   GS_PERF=path     gradstream-perf (default build/tools/gradstream-perf); GS_PERF_ARGS=extra flags
+#                    (gradstream-perf runs --inplace, like the peers, so memory compares fairly)
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -113,7 +114,7 @@ run_gs() {
   local n=$1
   shift
   # shellcheck disable=SC2086  # GS_PERF_ARGS is a list of flags
-  MASTER_ADDR=127.0.0.1 timeout -k 10 "$limit" "$gs_perf" --ranks "$n" "$@" -c 1 ${GS_PERF_ARGS:-}
+  MASTER_ADDR=127.0.0.1 timeout -k 10 "$limit" "$gs_perf" --ranks "$n" "$@" -c 1 --inplace ${GS_PERF_ARGS:-}
 }
 
 # run_one NAME N: every part of the sweep; raw output in $results/N<n>_<name>.txt.

@@ -212,7 +212,9 @@ struct Bench {
 
   void run() {
     const size_t maxElems = o.maxBytes / esize + nranks;
-    std::vector<uint8_t> sendBuf(maxElems * esize + 64), recvBuf(maxElems * esize + 64);
+    // In place needs one buffer; out of place two (so peak memory compares with the peers).
+    std::vector<uint8_t> recvBuf(maxElems * esize + 64);
+    std::vector<uint8_t> sendBuf(o.inPlace ? 0 : maxElems * esize + 64);
     printf("# gradstream-perf: %s, %d ranks, dtype %s, op %s, %s, %d iterations after %d warm-up\n",
            o.coll.c_str(), nranks, dtypeName(o.dtype), opName(o.op),
            o.inPlace ? "in place" : "out of place", o.iters, o.warmup);
