@@ -90,13 +90,20 @@ gs::Config makeConfig(const gs_config_t* c) {
            "config->struct_size %zu is too small (call gs_config_init)", c->struct_size);
     auto has = [&](size_t offset, size_t size) { return c->struct_size >= offset + size; };
 #define GS_FIELD(f) has(offsetof(gs_config_t, f), sizeof(c->f))
-    if (GS_FIELD(transport) && c->transport) cfg.transport = c->transport;
-    if (GS_FIELD(timeout_ms) && c->timeout_ms >= 0) cfg.timeoutMs = c->timeout_ms;
-    if (GS_FIELD(chunk_bytes) && c->chunk_bytes >= 0) cfg.chunkBytes = c->chunk_bytes;
-    if (GS_FIELD(codec) && c->codec) cfg.codec = c->codec;
-    if (GS_FIELD(metrics_address) && c->metrics_address) cfg.metricsAddress = c->metrics_address;
-    if (GS_FIELD(slots_per_peer) && c->slots_per_peer >= 0) cfg.slotsPerPeer = c->slots_per_peer;
-    if (GS_FIELD(sockets_per_peer) && c->sockets_per_peer >= 0) cfg.socketsPerPeer = c->sockets_per_peer;
+    if (GS_FIELD(transport) && c->transport)
+      cfg.transport = c->transport;
+    if (GS_FIELD(timeout_ms) && c->timeout_ms >= 0)
+      cfg.timeoutMs = c->timeout_ms;
+    if (GS_FIELD(chunk_bytes) && c->chunk_bytes >= 0)
+      cfg.chunkBytes = c->chunk_bytes;
+    if (GS_FIELD(codec) && c->codec)
+      cfg.codec = c->codec;
+    if (GS_FIELD(metrics_address) && c->metrics_address)
+      cfg.metricsAddress = c->metrics_address;
+    if (GS_FIELD(slots_per_peer) && c->slots_per_peer >= 0)
+      cfg.slotsPerPeer = c->slots_per_peer;
+    if (GS_FIELD(sockets_per_peer) && c->sockets_per_peer >= 0)
+      cfg.socketsPerPeer = c->sockets_per_peer;
 #undef GS_FIELD
   }
   cfg.applyEnvironment();
@@ -130,9 +137,13 @@ size_t bytesOf(size_t count, gs_dtype_t dtype, size_t times, const char* what) {
 
 // Buffers may be the same memory in NCCL's in-place layouts; any other overlap is an error
 // (the result would depend on timing).
-void checkOverlap(const void* send, size_t sendBytes, const void* recv, size_t recvBytes,
+void checkOverlap(const void* send,
+                  size_t sendBytes,
+                  const void* recv,
+                  size_t recvBytes,
                   const void* inPlaceSend) {
-  if (send == nullptr || recv == nullptr || sendBytes == 0 || recvBytes == 0) return;
+  if (send == nullptr || recv == nullptr || sendBytes == 0 || recvBytes == 0)
+    return;
   auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
   const bool overlap = s < r + recvBytes && r < s + sendBytes;
   GS_ARG(!overlap || send == inPlaceSend,
@@ -145,8 +156,12 @@ void checkStream(struct CUstream_st* stream) {
            "cuda_stream must be NULL: this build of gradstream has no CUDA support");
 }
 
-gs::stream::CollectiveArgs reduceArgs(gs::stream::CollectiveKind kind, const void* send,
-                                      void* recv, size_t count, gs_dtype_t dtype, gs_redop_t op) {
+gs::stream::CollectiveArgs reduceArgs(gs::stream::CollectiveKind kind,
+                                      const void* send,
+                                      void* recv,
+                                      size_t count,
+                                      gs_dtype_t dtype,
+                                      gs_redop_t op) {
   gs::stream::CollectiveArgs a;
   a.kind = kind;
   a.send = send;
@@ -157,8 +172,12 @@ gs::stream::CollectiveArgs reduceArgs(gs::stream::CollectiveKind kind, const voi
   return a;
 }
 
-gs::stream::CollectiveArgs allreduceArgs(const void* send, void* recv, size_t count,
-                                         gs_dtype_t dtype, gs_redop_t op, gs_comm_t comm,
+gs::stream::CollectiveArgs allreduceArgs(const void* send,
+                                         void* recv,
+                                         size_t count,
+                                         gs_dtype_t dtype,
+                                         gs_redop_t op,
+                                         gs_comm_t comm,
                                          struct CUstream_st* stream) {
   communicator(comm);
   checkTypes(dtype, op);
@@ -191,23 +210,37 @@ gs_status_t gs_config_init(gs_config_t* config) {
 
 const char* gs_status_string(gs_status_t status) {
   switch (status) {
-    case GS_OK: return "GS_OK";
-    case GS_IN_PROGRESS: return "GS_IN_PROGRESS";
-    case GS_ERR_INVALID_ARGUMENT: return "GS_ERR_INVALID_ARGUMENT";
-    case GS_ERR_UNSUPPORTED: return "GS_ERR_UNSUPPORTED";
-    case GS_ERR_NO_MEMORY: return "GS_ERR_NO_MEMORY";
-    case GS_ERR_SYSTEM: return "GS_ERR_SYSTEM";
-    case GS_ERR_REMOTE: return "GS_ERR_REMOTE";
-    case GS_ERR_TIMEOUT: return "GS_ERR_TIMEOUT";
-    case GS_ERR_ABORTED: return "GS_ERR_ABORTED";
-    case GS_ERR_INTERNAL: return "GS_ERR_INTERNAL";
+    case GS_OK:
+      return "GS_OK";
+    case GS_IN_PROGRESS:
+      return "GS_IN_PROGRESS";
+    case GS_ERR_INVALID_ARGUMENT:
+      return "GS_ERR_INVALID_ARGUMENT";
+    case GS_ERR_UNSUPPORTED:
+      return "GS_ERR_UNSUPPORTED";
+    case GS_ERR_NO_MEMORY:
+      return "GS_ERR_NO_MEMORY";
+    case GS_ERR_SYSTEM:
+      return "GS_ERR_SYSTEM";
+    case GS_ERR_REMOTE:
+      return "GS_ERR_REMOTE";
+    case GS_ERR_TIMEOUT:
+      return "GS_ERR_TIMEOUT";
+    case GS_ERR_ABORTED:
+      return "GS_ERR_ABORTED";
+    case GS_ERR_INTERNAL:
+      return "GS_ERR_INTERNAL";
   }
   return "unknown gs_status_t";
 }
 
-const char* gs_last_error(void) { return tLastError.c_str(); }
+const char* gs_last_error(void) {
+  return tLastError.c_str();
+}
 
-const char* gs_version_string(void) { return "0.1.0"; }
+const char* gs_version_string(void) {
+  return "0.1.0";
+}
 
 gs_status_t gs_get_unique_id(gs_unique_id_t* out_id) {
   return guard([&] {
@@ -218,8 +251,12 @@ gs_status_t gs_get_unique_id(gs_unique_id_t* out_id) {
   });
 }
 
-gs_status_t gs_comm_init_rank_version(gs_comm_t* out_comm, int nranks, const gs_unique_id_t* id,
-                                      int rank, const gs_config_t* config, int api_version) {
+gs_status_t gs_comm_init_rank_version(gs_comm_t* out_comm,
+                                      int nranks,
+                                      const gs_unique_id_t* id,
+                                      int rank,
+                                      const gs_config_t* config,
+                                      int api_version) {
   return guard([&] {
     checkApiVersion(api_version);
     GS_ARG(out_comm != nullptr, "out_comm is NULL");
@@ -236,7 +273,8 @@ gs_status_t gs_comm_init_rank_version(gs_comm_t* out_comm, int nranks, const gs_
   });
 }
 
-gs_status_t gs_comm_init_from_env_version(gs_comm_t* out_comm, const gs_config_t* config,
+gs_status_t gs_comm_init_from_env_version(gs_comm_t* out_comm,
+                                          const gs_config_t* config,
                                           int api_version) {
   return guard([&] {
     checkApiVersion(api_version);
@@ -273,16 +311,26 @@ gs_status_t gs_comm_destroy(gs_comm_t comm) {
   return guard([&] { delete comm; });
 }
 
-gs_status_t gs_allreduce(const void* sendbuff, void* recvbuff, size_t count, gs_dtype_t dtype,
-                         gs_redop_t op, gs_comm_t comm, struct CUstream_st* cuda_stream) {
+gs_status_t gs_allreduce(const void* sendbuff,
+                         void* recvbuff,
+                         size_t count,
+                         gs_dtype_t dtype,
+                         gs_redop_t op,
+                         gs_comm_t comm,
+                         struct CUstream_st* cuda_stream) {
   return guard([&] {
     auto args = allreduceArgs(sendbuff, recvbuff, count, dtype, op, comm, cuda_stream);
-    if (count > 0) communicator(comm).run(args);
+    if (count > 0)
+      communicator(comm).run(args);
   });
 }
 
-gs_status_t gs_reduce_scatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                              gs_dtype_t dtype, gs_redop_t op, gs_comm_t comm,
+gs_status_t gs_reduce_scatter(const void* sendbuff,
+                              void* recvbuff,
+                              size_t recvcount,
+                              gs_dtype_t dtype,
+                              gs_redop_t op,
+                              gs_comm_t comm,
                               struct CUstream_st* cuda_stream) {
   return guard([&] {
     auto& c = communicator(comm);
@@ -301,8 +349,12 @@ gs_status_t gs_reduce_scatter(const void* sendbuff, void* recvbuff, size_t recvc
   });
 }
 
-gs_status_t gs_allgather(const void* sendbuff, void* recvbuff, size_t sendcount, gs_dtype_t dtype,
-                         gs_comm_t comm, struct CUstream_st* cuda_stream) {
+gs_status_t gs_allgather(const void* sendbuff,
+                         void* recvbuff,
+                         size_t sendcount,
+                         gs_dtype_t dtype,
+                         gs_comm_t comm,
+                         struct CUstream_st* cuda_stream) {
   return guard([&] {
     auto& c = communicator(comm);
     checkTypes(dtype, GS_SUM);
@@ -320,8 +372,13 @@ gs_status_t gs_allgather(const void* sendbuff, void* recvbuff, size_t sendcount,
   });
 }
 
-gs_status_t gs_broadcast(const void* sendbuff, void* recvbuff, size_t count, gs_dtype_t dtype,
-                         int root, gs_comm_t comm, struct CUstream_st* cuda_stream) {
+gs_status_t gs_broadcast(const void* sendbuff,
+                         void* recvbuff,
+                         size_t count,
+                         gs_dtype_t dtype,
+                         int root,
+                         gs_comm_t comm,
+                         struct CUstream_st* cuda_stream) {
   return guard([&] {
     auto& c = communicator(comm);
     checkTypes(dtype, GS_SUM);
@@ -330,7 +387,8 @@ gs_status_t gs_broadcast(const void* sendbuff, void* recvbuff, size_t count, gs_
     const size_t bytes = bytesOf(count, dtype, 1, "count");
     GS_ARG(count == 0 || c.rank() != root || sendbuff != nullptr, "sendbuff is NULL on the root");
     GS_ARG(count == 0 || recvbuff != nullptr, "recvbuff is NULL");
-    if (c.rank() == root) checkOverlap(sendbuff, bytes, recvbuff, bytes, recvbuff);
+    if (c.rank() == root)
+      checkOverlap(sendbuff, bytes, recvbuff, bytes, recvbuff);
     if (count > 0) {
       auto args = reduceArgs(gs::stream::CollectiveKind::kBroadcast, sendbuff, recvbuff, count,
                              dtype, GS_SUM);
@@ -340,8 +398,13 @@ gs_status_t gs_broadcast(const void* sendbuff, void* recvbuff, size_t count, gs_
   });
 }
 
-gs_status_t gs_iallreduce(const void* sendbuff, void* recvbuff, size_t count, gs_dtype_t dtype,
-                          gs_redop_t op, gs_comm_t comm, struct CUstream_st* cuda_stream,
+gs_status_t gs_iallreduce(const void* sendbuff,
+                          void* recvbuff,
+                          size_t count,
+                          gs_dtype_t dtype,
+                          gs_redop_t op,
+                          gs_comm_t comm,
+                          struct CUstream_st* cuda_stream,
                           gs_request_t* out_request) {
   return guard([&] {
     GS_ARG(out_request != nullptr, "out_request is NULL");
@@ -360,7 +423,8 @@ gs_status_t gs_iallreduce(const void* sendbuff, void* recvbuff, size_t count, gs
 
 static gs_status_t requestStatus(const gs_request_t request) {
   const Errc code = request->request->status();
-  if (code != Errc::kOk) setLastError(request->request->message().c_str());
+  if (code != Errc::kOk)
+    setLastError(request->request->message().c_str());
   return static_cast<gs_status_t>(code);
 }
 
@@ -369,7 +433,8 @@ gs_status_t gs_test(gs_request_t request, int* out_done) {
     GS_ARG(request != nullptr, "request is NULL");
     GS_ARG(out_done != nullptr, "out_done is NULL");
   });
-  if (s != GS_OK) return s;
+  if (s != GS_OK)
+    return s;
   if (!request->request->done()) {
     *out_done = 0;
     return GS_IN_PROGRESS;
@@ -380,17 +445,20 @@ gs_status_t gs_test(gs_request_t request, int* out_done) {
 
 gs_status_t gs_wait(gs_request_t request, int timeout_ms) {
   gs_status_t s = guard([&] { GS_ARG(request != nullptr, "request is NULL"); });
-  if (s != GS_OK) return s;
+  if (s != GS_OK)
+    return s;
   const int64_t ms = timeout_ms >= 0 ? timeout_ms : request->timeoutMs;
   if (!request->request->waitUntil(gs::Deadline::afterMs(ms))) {
-    setLastError(gs::formatString("request still running after %lld ms", static_cast<long long>(ms)).c_str());
+    setLastError(gs::formatString("request still running after %lld ms", static_cast<long long>(ms))
+                     .c_str());
     return GS_ERR_TIMEOUT;
   }
   return requestStatus(request);
 }
 
 gs_status_t gs_request_free(gs_request_t request) {
-  if (request == nullptr) return GS_OK;
+  if (request == nullptr)
+    return GS_OK;
   // The progress thread may still write into the user's buffers: wait (bounded) first.
   if (!request->request->waitUntil(gs::Deadline::afterMs(request->timeoutMs))) {
     setLastError("request still running; not freed");

@@ -3,21 +3,34 @@
 namespace gs::codecs {
 
 const char* validateChunk(const ChunkHeader& h, const ChunkExpectation& e, size_t bytesArrived) {
-  if (bytesArrived < sizeof(ChunkHeader)) return "chunk shorter than its header";
-  if (h.magic != kChunkMagic) return "bad magic";
-  if (h.version != kChunkVersion) return "unsupported chunk version";
-  if (h.codec != static_cast<uint8_t>(CodecId::kRaw)) return "unknown codec";
-  if (h.collective != e.collective) return "collective differs (ranks called different collectives)";
-  if (h.totalCount != e.totalCount) return "count differs between ranks";
-  if (h.reduceOp != e.reduceOp) return "reduction op differs between ranks";
-  if (h.dtype != e.dtype) return "dtype differs between ranks";
-  if (h.collectiveId != e.collectiveId) return "collective sequence differs (ranks called different collectives)";
-  if (h.sequence != e.sequence) return "link sequence number out of order";
-  if (h.chunkIndex != e.chunkIndex) return "chunk index differs";
+  if (bytesArrived < sizeof(ChunkHeader))
+    return "chunk shorter than its header";
+  if (h.magic != kChunkMagic)
+    return "bad magic";
+  if (h.version != kChunkVersion)
+    return "unsupported chunk version";
+  if (h.codec != static_cast<uint8_t>(CodecId::kRaw))
+    return "unknown codec";
+  if (h.collective != e.collective)
+    return "collective differs (ranks called different collectives)";
+  if (h.totalCount != e.totalCount)
+    return "count differs between ranks";
+  if (h.reduceOp != e.reduceOp)
+    return "reduction op differs between ranks";
+  if (h.dtype != e.dtype)
+    return "dtype differs between ranks";
+  if (h.collectiveId != e.collectiveId)
+    return "collective sequence differs (ranks called different collectives)";
+  if (h.sequence != e.sequence)
+    return "link sequence number out of order";
+  if (h.chunkIndex != e.chunkIndex)
+    return "chunk index differs";
   if (h.elementCount != e.elementCount || h.elementOffset != e.elementOffset)
     return "element count differs between ranks (mismatched counts?)";
-  if (h.metaBytes != 0) return "raw chunk carries metadata";
-  if (static_cast<uint64_t>(h.payloadBytes) != static_cast<uint64_t>(h.elementCount) * e.elementSize)
+  if (h.metaBytes != 0)
+    return "raw chunk carries metadata";
+  if (static_cast<uint64_t>(h.payloadBytes) !=
+      static_cast<uint64_t>(h.elementCount) * e.elementSize)
     return "payload size does not match element count";
   if (sizeof(ChunkHeader) + static_cast<uint64_t>(h.metaBytes) + h.payloadBytes != bytesArrived)
     return "chunk length does not match bytes received";

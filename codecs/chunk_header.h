@@ -76,7 +76,8 @@ struct ChunkExpectation {
 /// Checks a received header against what the schedule expects and against the number of
 /// bytes that actually arrived. Returns nullptr when valid, else a static string naming the
 /// first mismatching field (the caller adds peer and values to the message).
-const char* validateChunk(const ChunkHeader& header, const ChunkExpectation& expected,
+const char* validateChunk(const ChunkHeader& header,
+                          const ChunkExpectation& expected,
                           size_t bytesArrived);
 
 }  // namespace gs::codecs

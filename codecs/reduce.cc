@@ -23,26 +23,34 @@ template <class T>
 using Wrap = typename WrapType<T>::type;
 struct Sum {
   template <class T>
-  static T apply(T a, T b) { return static_cast<T>(static_cast<Wrap<T>>(a) + static_cast<Wrap<T>>(b)); }
+  static T apply(T a, T b) {
+    return static_cast<T>(static_cast<Wrap<T>>(a) + static_cast<Wrap<T>>(b));
+  }
 };
 struct Prod {
   template <class T>
-  static T apply(T a, T b) { return static_cast<T>(static_cast<Wrap<T>>(a) * static_cast<Wrap<T>>(b)); }
+  static T apply(T a, T b) {
+    return static_cast<T>(static_cast<Wrap<T>>(a) * static_cast<Wrap<T>>(b));
+  }
 };
 // Min/Max propagate NaN from either side, like NCCL and torch.minimum/maximum.
 struct Min {
   template <class T>
   static T apply(T a, T b) {
-    if (a != a) return a;
-    if (b != b) return b;
+    if (a != a)
+      return a;
+    if (b != b)
+      return b;
     return b < a ? b : a;
   }
 };
 struct Max {
   template <class T>
   static T apply(T a, T b) {
-    if (a != a) return a;
-    if (b != b) return b;
+    if (a != a)
+      return a;
+    if (b != b)
+      return b;
     return a < b ? b : a;
   }
 };
@@ -70,17 +78,22 @@ void reduceLoop(void* dst, const void* a, const void* b, size_t n) {
   auto* d = static_cast<Storage*>(dst);
   const auto* x = static_cast<const Storage*>(a);
   const auto* y = static_cast<const Storage*>(b);
-  for (size_t i = 0; i < n; ++i) d[i] = Conv::store(Op::apply(Conv::load(x[i]), Conv::load(y[i])));
+  for (size_t i = 0; i < n; ++i)
+    d[i] = Conv::store(Op::apply(Conv::load(x[i]), Conv::load(y[i])));
 }
 
 template <class Storage, class Conv>
 void dispatchOp(ReduceOp op, void* dst, const void* a, const void* b, size_t n) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAvg: return reduceLoop<Storage, Conv, Sum>(dst, a, b, n);
-    case ReduceOp::kProd: return reduceLoop<Storage, Conv, Prod>(dst, a, b, n);
-    case ReduceOp::kMin: return reduceLoop<Storage, Conv, Min>(dst, a, b, n);
-    case ReduceOp::kMax: return reduceLoop<Storage, Conv, Max>(dst, a, b, n);
+    case ReduceOp::kAvg:
+      return reduceLoop<Storage, Conv, Sum>(dst, a, b, n);
+    case ReduceOp::kProd:
+      return reduceLoop<Storage, Conv, Prod>(dst, a, b, n);
+    case ReduceOp::kMin:
+      return reduceLoop<Storage, Conv, Min>(dst, a, b, n);
+    case ReduceOp::kMax:
+      return reduceLoop<Storage, Conv, Max>(dst, a, b, n);
   }
 }
 
@@ -89,20 +102,28 @@ void divideLoop(void* data, size_t n, int nranks) {
   auto* d = static_cast<Storage*>(data);
   using C = typename Conv::Compute;
   const C divisor = static_cast<C>(nranks);
-  for (size_t i = 0; i < n; ++i) d[i] = Conv::store(static_cast<C>(Conv::load(d[i]) / divisor));
+  for (size_t i = 0; i < n; ++i)
+    d[i] = Conv::store(static_cast<C>(Conv::load(d[i]) / divisor));
 }
 
 }  // namespace
 
 void reduceInto(DataType type, ReduceOp op, void* dst, const void* a, const void* b, size_t n) {
   switch (type) {
-    case DataType::kFloat32: return dispatchOp<float, Native<float>>(op, dst, a, b, n);
-    case DataType::kFloat64: return dispatchOp<double, Native<double>>(op, dst, a, b, n);
-    case DataType::kFloat16: return dispatchOp<uint16_t, Half>(op, dst, a, b, n);
-    case DataType::kBFloat16: return dispatchOp<uint16_t, BFloat>(op, dst, a, b, n);
-    case DataType::kInt32: return dispatchOp<int32_t, Native<int32_t>>(op, dst, a, b, n);
-    case DataType::kInt64: return dispatchOp<int64_t, Native<int64_t>>(op, dst, a, b, n);
-    case DataType::kUInt8: return dispatchOp<uint8_t, Native<uint8_t>>(op, dst, a, b, n);
+    case DataType::kFloat32:
+      return dispatchOp<float, Native<float>>(op, dst, a, b, n);
+    case DataType::kFloat64:
+      return dispatchOp<double, Native<double>>(op, dst, a, b, n);
+    case DataType::kFloat16:
+      return dispatchOp<uint16_t, Half>(op, dst, a, b, n);
+    case DataType::kBFloat16:
+      return dispatchOp<uint16_t, BFloat>(op, dst, a, b, n);
+    case DataType::kInt32:
+      return dispatchOp<int32_t, Native<int32_t>>(op, dst, a, b, n);
+    case DataType::kInt64:
+      return dispatchOp<int64_t, Native<int64_t>>(op, dst, a, b, n);
+    case DataType::kUInt8:
+      return dispatchOp<uint8_t, Native<uint8_t>>(op, dst, a, b, n);
   }
 }
 
@@ -111,15 +132,23 @@ void reduceInPlace(DataType type, ReduceOp op, void* dst, const void* src, size_
 }
 
 void finalizeAverage(DataType type, ReduceOp op, void* data, size_t n, int nranks) {
-  if (op != ReduceOp::kAvg || nranks <= 1) return;
+  if (op != ReduceOp::kAvg || nranks <= 1)
+    return;
   switch (type) {
-    case DataType::kFloat32: return divideLoop<float, Native<float>>(data, n, nranks);
-    case DataType::kFloat64: return divideLoop<double, Native<double>>(data, n, nranks);
-    case DataType::kFloat16: return divideLoop<uint16_t, Half>(data, n, nranks);
-    case DataType::kBFloat16: return divideLoop<uint16_t, BFloat>(data, n, nranks);
-    case DataType::kInt32: return divideLoop<int32_t, Native<int32_t>>(data, n, nranks);
-    case DataType::kInt64: return divideLoop<int64_t, Native<int64_t>>(data, n, nranks);
-    case DataType::kUInt8: return divideLoop<uint8_t, Native<uint8_t>>(data, n, nranks);
+    case DataType::kFloat32:
+      return divideLoop<float, Native<float>>(data, n, nranks);
+    case DataType::kFloat64:
+      return divideLoop<double, Native<double>>(data, n, nranks);
+    case DataType::kFloat16:
+      return divideLoop<uint16_t, Half>(data, n, nranks);
+    case DataType::kBFloat16:
+      return divideLoop<uint16_t, BFloat>(data, n, nranks);
+    case DataType::kInt32:
+      return divideLoop<int32_t, Native<int32_t>>(data, n, nranks);
+    case DataType::kInt64:
+      return divideLoop<int64_t, Native<int64_t>>(data, n, nranks);
+    case DataType::kUInt8:
+      return divideLoop<uint8_t, Native<uint8_t>>(data, n, nranks);
   }
 }
 

@@ -52,7 +52,8 @@ class ByteReader {
     GS_CHECK(n <= maxLength, Errc::kRemote, "%s: field of %u bytes exceeds %zu", what_.c_str(), n,
              maxLength);
     need(n);
-    std::vector<uint8_t> out(in_.begin() + static_cast<long>(pos_), in_.begin() + static_cast<long>(pos_ + n));
+    std::vector<uint8_t> out(in_.begin() + static_cast<long>(pos_),
+                             in_.begin() + static_cast<long>(pos_ + n));
     pos_ += n;
     return out;
   }

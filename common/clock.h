@@ -23,7 +23,8 @@ class Deadline {
                             : std::chrono::nanoseconds(0);
   }
   int remainingMs() const {
-    return static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(remaining()).count());
+    return static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(remaining()).count());
   }
   Deadline earlier(const Deadline& other) const { return other.at_ < at_ ? other : *this; }
 

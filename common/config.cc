@@ -23,10 +23,14 @@ int64_t parseInt(const char* name, const std::string& text, int64_t lo, int64_t 
   // Accept a K/M/G suffix (binary units) for byte sizes.
   int64_t mult = 1;
   if (end && *end) {
-    if ((*end == 'k' || *end == 'K') && end[1] == '\0') mult = 1 << 10;
-    else if ((*end == 'm' || *end == 'M') && end[1] == '\0') mult = 1 << 20;
-    else if ((*end == 'g' || *end == 'G') && end[1] == '\0') mult = int64_t{1} << 30;
-    else mult = 0;
+    if ((*end == 'k' || *end == 'K') && end[1] == '\0')
+      mult = 1 << 10;
+    else if ((*end == 'm' || *end == 'M') && end[1] == '\0')
+      mult = 1 << 20;
+    else if ((*end == 'g' || *end == 'G') && end[1] == '\0')
+      mult = int64_t{1} << 30;
+    else
+      mult = 0;
   }
   GS_CHECK(errno == 0 && end != text.c_str() && mult != 0, Errc::kInvalidArgument,
            "%s='%s' is not an integer", name, text.c_str());
@@ -75,24 +79,26 @@ const std::vector<Entry>& table() {
 LogLevel parseLogLevel(const std::string& text) {
   static const char* names[] = {"none", "error", "warn", "info", "debug", "trace"};
   for (int i = 0; i <= 5; ++i) {
-    if (strcasecmp(text.c_str(), names[i]) == 0) return static_cast<LogLevel>(i);
+    if (strcasecmp(text.c_str(), names[i]) == 0)
+      return static_cast<LogLevel>(i);
   }
-  if (strcasecmp(text.c_str(), "warning") == 0) return LogLevel::kWarn;
+  if (strcasecmp(text.c_str(), "warning") == 0)
+    return LogLevel::kWarn;
   return static_cast<LogLevel>(parseInt("GS_DEBUG", text, 0, 5));
 }
 
 void Config::applyEnvironment() {
   for (const Entry& e : table()) {
     const char* value = getenv(e.doc.name);
-    if (value != nullptr && *value != '\0') e.apply(*this, value);
+    if (value != nullptr && *value != '\0')
+      e.apply(*this, value);
   }
 }
 
 void Config::validate() const {
-  GS_CHECK(transport == "auto" || transport == "tcp" || transport == "loopback" ||
-               transport == "verbs",
-           Errc::kInvalidArgument, "transport '%s' is unknown (auto, tcp, loopback)",
-           transport.c_str());
+  GS_CHECK(
+      transport == "auto" || transport == "tcp" || transport == "loopback" || transport == "verbs",
+      Errc::kInvalidArgument, "transport '%s' is unknown (auto, tcp, loopback)", transport.c_str());
   GS_CHECK(timeoutMs >= 1, Errc::kInvalidArgument, "timeout_ms %lld must be >= 1",
            static_cast<long long>(timeoutMs));
   GS_CHECK(chunkBytes >= 4096 && chunkBytes <= (64 << 20), Errc::kInvalidArgument,
@@ -100,8 +106,7 @@ void Config::validate() const {
   GS_CHECK(slotsPerPeer >= 2 && slotsPerPeer <= 64, Errc::kInvalidArgument,
            "slots_per_peer %lld is out of range [2, 64]", static_cast<long long>(slotsPerPeer));
   GS_CHECK(socketsPerPeer >= 1 && socketsPerPeer <= 16, Errc::kInvalidArgument,
-           "sockets_per_peer %lld is out of range [1, 16]",
-           static_cast<long long>(socketsPerPeer));
+           "sockets_per_peer %lld is out of range [1, 16]", static_cast<long long>(socketsPerPeer));
   GS_CHECK(codec == "raw", Errc::kInvalidArgument,
            "codec '%s' is unknown (this version supports: raw)", codec.c_str());
 }
@@ -109,7 +114,8 @@ void Config::validate() const {
 const std::vector<ConfigVariable>& configVariables() {
   static const std::vector<ConfigVariable> docs = [] {
     std::vector<ConfigVariable> out;
-    for (const Entry& e : table()) out.push_back(e.doc);
+    for (const Entry& e : table())
+      out.push_back(e.doc);
     return out;
   }();
   return docs;

@@ -10,16 +10,26 @@ namespace gs {
 
 const char* errcName(Errc code) noexcept {
   switch (code) {
-    case Errc::kOk: return "success";
-    case Errc::kInProgress: return "in progress";
-    case Errc::kInvalidArgument: return "invalid argument";
-    case Errc::kUnsupported: return "unsupported";
-    case Errc::kNoMemory: return "out of memory";
-    case Errc::kSystem: return "system error";
-    case Errc::kRemote: return "remote error";
-    case Errc::kTimeout: return "timeout";
-    case Errc::kAborted: return "aborted";
-    case Errc::kInternal: return "internal error";
+    case Errc::kOk:
+      return "success";
+    case Errc::kInProgress:
+      return "in progress";
+    case Errc::kInvalidArgument:
+      return "invalid argument";
+    case Errc::kUnsupported:
+      return "unsupported";
+    case Errc::kNoMemory:
+      return "out of memory";
+    case Errc::kSystem:
+      return "system error";
+    case Errc::kRemote:
+      return "remote error";
+    case Errc::kTimeout:
+      return "timeout";
+    case Errc::kAborted:
+      return "aborted";
+    case Errc::kInternal:
+      return "internal error";
   }
   return "unknown status";
 }
@@ -32,7 +42,8 @@ std::string formatString(const char* fmt, ...) {
   int n = vsnprintf(nullptr, 0, fmt, copy);
   va_end(copy);
   std::string out(n > 0 ? static_cast<size_t>(n) : 0, '\0');
-  if (n > 0) vsnprintf(out.data(), out.size() + 1, fmt, args);
+  if (n > 0)
+    vsnprintf(out.data(), out.size() + 1, fmt, args);
   va_end(args);
   return out;
 }

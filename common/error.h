@@ -43,11 +43,13 @@ std::string formatString(const char* fmt, ...) __attribute__((format(printf, 1, 
 /// Throws gs::Error(errc, formatted message) when cond is false.
 #define GS_CHECK(cond, errc, ...)                                                    \
   do {                                                                               \
-    if (!(cond)) ::gs::throwError((errc), __FILE__, __LINE__, ::gs::formatString(__VA_ARGS__)); \
+    if (!(cond))                                                                     \
+      ::gs::throwError((errc), __FILE__, __LINE__, ::gs::formatString(__VA_ARGS__)); \
   } while (0)
 
 /// Throws gs::Error(kSystem) naming the call and errno when a POSIX call returns -1.
-#define GS_CHECK_ERRNO(expr)                                                          \
-  do {                                                                                \
-    if ((expr) == -1) ::gs::throwSystemError(errno, __FILE__, __LINE__, #expr);       \
+#define GS_CHECK_ERRNO(expr)                                    \
+  do {                                                          \
+    if ((expr) == -1)                                           \
+      ::gs::throwSystemError(errno, __FILE__, __LINE__, #expr); \
   } while (0)

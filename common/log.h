@@ -15,10 +15,10 @@ void logMessage(LogLevel level, const char* file, int line, const char* fmt, ...
 
 }  // namespace gs
 
-#define GS_LOG_AT(level, ...)                                              \
-  do {                                                                     \
-    if (static_cast<int>(level) <= static_cast<int>(::gs::logLevel()))     \
-      ::gs::logMessage((level), __FILE__, __LINE__, __VA_ARGS__);          \
+#define GS_LOG_AT(level, ...)                                          \
+  do {                                                                 \
+    if (static_cast<int>(level) <= static_cast<int>(::gs::logLevel())) \
+      ::gs::logMessage((level), __FILE__, __LINE__, __VA_ARGS__);      \
   } while (0)
 #define GS_LOG_ERROR(...) GS_LOG_AT(::gs::LogLevel::kError, __VA_ARGS__)
 #define GS_LOG_WARN(...) GS_LOG_AT(::gs::LogLevel::kWarn, __VA_ARGS__)

@@ -24,7 +24,7 @@ struct PeerInfo {
   int64_t chunkBytes = 0;
   int64_t slots = 0;
   std::string codec;
-  std::vector<uint8_t> address;  // transport blob
+  std::vector<uint8_t> address;                                    // transport blob
   std::vector<std::pair<int32_t, transport::RemoteKey>> slotKeys;  // (for peer, its slots)
 
   std::vector<uint8_t> serialize() const {
@@ -80,14 +80,16 @@ std::string hostName() {
 
 // Settings every rank must share, or collectives would not match chunk for chunk.
 void checkCompatible(const PeerInfo& mine, const PeerInfo& theirs, int myRank, int theirRank) {
-  GS_CHECK(mine.transport == theirs.transport, Errc::kInvalidArgument,
-           "rank %d uses transport '%s' but rank %d uses '%s' (set GS_TRANSPORT alike on all ranks)",
-           myRank, mine.transport.c_str(), theirRank, theirs.transport.c_str());
-  GS_CHECK(mine.chunkBytes == theirs.chunkBytes && mine.slots == theirs.slots, Errc::kInvalidArgument,
-           "rank %d uses chunk_bytes=%lld slots=%lld but rank %d uses chunk_bytes=%lld slots=%lld "
-           "(set GS_CHUNK_BYTES and GS_SLOTS_PER_PEER alike on all ranks)",
-           myRank, static_cast<long long>(mine.chunkBytes), static_cast<long long>(mine.slots),
-           theirRank, static_cast<long long>(theirs.chunkBytes), static_cast<long long>(theirs.slots));
+  GS_CHECK(
+      mine.transport == theirs.transport, Errc::kInvalidArgument,
+      "rank %d uses transport '%s' but rank %d uses '%s' (set GS_TRANSPORT alike on all ranks)",
+      myRank, mine.transport.c_str(), theirRank, theirs.transport.c_str());
+  GS_CHECK(
+      mine.chunkBytes == theirs.chunkBytes && mine.slots == theirs.slots, Errc::kInvalidArgument,
+      "rank %d uses chunk_bytes=%lld slots=%lld but rank %d uses chunk_bytes=%lld slots=%lld "
+      "(set GS_CHUNK_BYTES and GS_SLOTS_PER_PEER alike on all ranks)",
+      myRank, static_cast<long long>(mine.chunkBytes), static_cast<long long>(mine.slots),
+      theirRank, static_cast<long long>(theirs.chunkBytes), static_cast<long long>(theirs.slots));
   GS_CHECK(mine.codec == theirs.codec, Errc::kInvalidArgument,
            "rank %d uses codec '%s' but rank %d uses '%s'", myRank, mine.codec.c_str(), theirRank,
            theirs.codec.c_str());
@@ -128,11 +130,13 @@ std::string Request::message() const {
 Communicator::Communicator(int nranks, int rank, const Config& config)
     : nranks_(nranks), rank_(rank), config_(config) {}
 
-std::unique_ptr<Communicator> Communicator::create(int nranks, const UniqueId& id, int rank,
+std::unique_ptr<Communicator> Communicator::create(int nranks,
+                                                   const UniqueId& id,
+                                                   int rank,
                                                    const Config& config) {
   GS_CHECK(nranks >= 1, Errc::kInvalidArgument, "nranks %d must be >= 1", nranks);
-  GS_CHECK(rank >= 0 && rank < nranks, Errc::kInvalidArgument, "rank %d out of range [0, %d)",
-           rank, nranks);
+  GS_CHECK(rank >= 0 && rank < nranks, Errc::kInvalidArgument, "rank %d out of range [0, %d)", rank,
+           nranks);
   config.validate();
   std::unique_ptr<Communicator> comm(new Communicator(nranks, rank, config));
   comm->connect(id);
@@ -192,11 +196,13 @@ void Communicator::connect(const UniqueId& id) {
     links_[p]->attach(device_->connect(p, infos[p].address, deadline), it->second);
   }
   std::vector<stream::Link*> raw(nranks_, nullptr);
-  for (int p = 0; p < nranks_; ++p) raw[p] = links_[p].get();
+  for (int p = 0; p < nranks_; ++p)
+    raw[p] = links_[p].get();
   engine_ = std::make_unique<stream::Engine>(rank_, nranks_, *device_, raw, config_, aborted_);
   GS_LOG_INFO("communicator ready: rank %d of %d, transport %s on %s, chunk %lld B x %lld slots",
               rank_, nranks_, transportName_.c_str(), options.bindAddress.c_str(),
-              static_cast<long long>(config_.chunkBytes), static_cast<long long>(config_.slotsPerPeer));
+              static_cast<long long>(config_.chunkBytes),
+              static_cast<long long>(config_.slotsPerPeer));
 }
 
 Communicator::~Communicator() {
@@ -205,14 +211,16 @@ Communicator::~Communicator() {
     stopping_ = true;
   }
   queueCv_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  if (worker_.joinable())
+    worker_.join();
   std::lock_guard<std::mutex> lock(execMutex_);
   bool healthy = !aborted_.load();
   {
     std::lock_guard<std::mutex> state(stateMutex_);
     healthy = healthy && !failure_;
   }
-  if (engine_ && healthy) engine_->farewell(Deadline::afterMs(std::min<int64_t>(config_.timeoutMs, 10000)));
+  if (engine_ && healthy)
+    engine_->farewell(Deadline::afterMs(std::min<int64_t>(config_.timeoutMs, 10000)));
 }
 
 void Communicator::checkUsable() const {
@@ -230,7 +238,8 @@ void Communicator::execute(const stream::CollectiveArgs& args) {
     engine_->run(args);
   } catch (const Error& e) {
     std::lock_guard<std::mutex> state(stateMutex_);
-    if (!failure_) failure_ = e;
+    if (!failure_)
+      failure_ = e;
     throw;
   }
 }
@@ -239,7 +248,8 @@ void Communicator::run(const stream::CollectiveArgs& args) {
   checkUsable();
   std::unique_lock<std::mutex> lock(queueMutex_);
   // Earlier non-blocking requests go first (issue order). Each is bounded by the timeout.
-  queueCv_.wait(lock, [&] { return (queue_.empty() && !workerBusy_ && !inlineBusy_) || stopping_; });
+  queueCv_.wait(lock,
+                [&] { return (queue_.empty() && !workerBusy_ && !inlineBusy_) || stopping_; });
   inlineBusy_ = true;
   lock.unlock();
   struct Release {
@@ -260,7 +270,8 @@ std::shared_ptr<Request> Communicator::submit(const stream::CollectiveArgs& args
   auto request = std::make_shared<Request>(args);
   {
     std::lock_guard<std::mutex> lock(queueMutex_);
-    if (!worker_.joinable()) worker_ = std::thread([this] { progressLoop(); });
+    if (!worker_.joinable())
+      worker_ = std::thread([this] { progressLoop(); });
     queue_.push_back(request);
   }
   queueCv_.notify_all();
@@ -272,7 +283,8 @@ void Communicator::progressLoop() {
   std::unique_lock<std::mutex> lock(queueMutex_);
   for (;;) {
     queueCv_.wait(lock, [&] { return (!queue_.empty() && !inlineBusy_) || stopping_; });
-    if (queue_.empty()) return;  // stopping with nothing left
+    if (queue_.empty())
+      return;  // stopping with nothing left
     auto request = queue_.front();
     queue_.pop_front();
     workerBusy_ = true;
@@ -293,10 +305,12 @@ void Communicator::progressLoop() {
 
 void Communicator::abort() {
   aborted_.store(true);
-  if (device_) device_->interrupt();
+  if (device_)
+    device_->interrupt();
   // When no collective is running, tell the peers here; otherwise the running one does.
   std::unique_lock<std::mutex> lock(execMutex_, std::try_to_lock);
-  if (lock.owns_lock() && engine_) engine_->notifyPeers(rank_);
+  if (lock.owns_lock() && engine_)
+    engine_->notifyPeers(rank_);
   GS_LOG_WARN("communicator rank %d of %d aborted", rank_, nranks_);
 }
 

@@ -53,7 +53,9 @@ class Communicator {
  public:
   /// Joins the communicator through rank 0's rendezvous (collective, blocking, deadline from
   /// config.timeoutMs).
-  static std::unique_ptr<Communicator> create(int nranks, const UniqueId& id, int rank,
+  static std::unique_ptr<Communicator> create(int nranks,
+                                              const UniqueId& id,
+                                              int rank,
                                               const Config& config);
   ~Communicator();
 

@@ -33,7 +33,8 @@ LaunchEnvironment readLaunchEnvironment() {
   LaunchEnvironment out;
   for (const auto& pair : kPairs) {
     const char* rank = env(pair[0]);
-    if (rank == nullptr) continue;
+    if (rank == nullptr)
+      continue;
     const char* size = env(pair[1]);
     GS_CHECK(size != nullptr, Errc::kInvalidArgument, "%s is set but %s is not", pair[0], pair[1]);
     out.rank = parseNonNegative(pair[0], rank);
@@ -65,10 +66,11 @@ std::unique_ptr<Communicator> createFromEnvironment(const Config& config) {
     secret = deriveSecret("gs-secret:" + config.secret);
   } else {
     if (launch.rank == 0) {
-      GS_LOG_WARN("GS_SECRET is not set: the communicator secret is derived from MASTER_ADDR/"
-                  "MASTER_PORT, so anyone who can reach %s:%u can join; set GS_SECRET in the "
-                  "launcher's environment",
-                  address.toString().c_str(), launch.masterPort);
+      GS_LOG_WARN(
+          "GS_SECRET is not set: the communicator secret is derived from MASTER_ADDR/"
+          "MASTER_PORT, so anyone who can reach %s:%u can join; set GS_SECRET in the "
+          "launcher's environment",
+          address.toString().c_str(), launch.masterPort);
     }
     secret = deriveSecret(formatString("gs-env:%s:%u:%d", address.toString().c_str(),
                                        launch.masterPort, launch.nranks));

@@ -22,9 +22,15 @@ enum class WorkKind : uint64_t { kData = 1, kCredit = 2, kAbort = 3 };
 constexpr transport::WorkId workId(WorkKind kind, size_t link, size_t index) {
   return (static_cast<uint64_t>(kind) << 56) | (static_cast<uint64_t>(link) << 40) | index;
 }
-constexpr WorkKind workKind(transport::WorkId id) { return static_cast<WorkKind>(id >> 56); }
-constexpr size_t workLink(transport::WorkId id) { return (id >> 40) & 0xffff; }
-constexpr size_t workIndex(transport::WorkId id) { return id & ((uint64_t{1} << 40) - 1); }
+constexpr WorkKind workKind(transport::WorkId id) {
+  return static_cast<WorkKind>(id >> 56);
+}
+constexpr size_t workLink(transport::WorkId id) {
+  return (id >> 40) & 0xffff;
+}
+constexpr size_t workIndex(transport::WorkId id) {
+  return id & ((uint64_t{1} << 40) - 1);
+}
 
 // Busy-poll this many idle rounds before blocking in the transport: small collectives finish
 // without a sleep/wake-up, long waits do not burn a core the kernel's TCP copy needs.
@@ -69,7 +75,8 @@ struct Engine::Run {
     for (uint32_t i = begin; i < end; ++i) {
       const Dependency& d = plan.deps[i];
       const LinkRun& l = links[d.link];
-      if ((d.onSend ? l.completed : l.processed) < d.count) return false;
+      if ((d.onSend ? l.completed : l.processed) < d.count)
+        return false;
     }
     return true;
   }
@@ -80,10 +87,12 @@ struct Engine::Run {
     bool progress = false;
     while (lr.posted < lr.queues->sends.size()) {
       SendOp& op = lr.queues->sends[lr.posted];
-      if (!link.hasCredit() || !satisfied(op.depBegin, op.depEnd)) break;
+      if (!link.hasCredit() || !satisfied(op.depBegin, op.depEnd))
+        break;
       const uint64_t seq = link.sendSequence;
       const size_t slot = link.slotOf(seq);
-      if (link.headerBusy[slot]) break;
+      if (link.headerBusy[slot])
+        break;
       auto* h = reinterpret_cast<codecs::ChunkHeader*>(link.headerStaging(slot));
       memset(h, 0, sizeof(*h));
       h->magic = codecs::kChunkMagic;
@@ -118,9 +127,12 @@ struct Engine::Run {
       const size_t dstOffset = slot * link.layout().slotBytes();
       PostResult r = link.connection().postWrite(
           std::span<const transport::LocalSegment>(segs, nsegs), link.peerSlots, dstOffset,
-          makeImm(ImmTag::kData, static_cast<uint32_t>(slot)), workId(WorkKind::kData, li, lr.posted));
-      if (r == PostResult::kWouldBlock) break;
-      if (r == PostResult::kError) connectionFailed(li);
+          makeImm(ImmTag::kData, static_cast<uint32_t>(slot)),
+          workId(WorkKind::kData, li, lr.posted));
+      if (r == PostResult::kWouldBlock)
+        break;
+      if (r == PostResult::kError)
+        connectionFailed(li);
       link.headerBusy[slot] = 1;
       ++link.sendSequence;
       ++lr.posted;
@@ -133,13 +145,16 @@ struct Engine::Run {
 
   void onSendComplete(size_t li, size_t index) {
     LinkRun& lr = links[li];
-    if (index >= lr.posted || lr.sendDone[index]) fail(Errc::kInternal, engine.rank_, "stray send completion");
+    if (index >= lr.posted || lr.sendDone[index])
+      fail(Errc::kInternal, engine.rank_, "stray send completion");
     lr.sendDone[index] = 1;
     Link& link = *lr.link;
     link.headerBusy[link.slotOf(lr.sendBase + index)] = 0;
     const SendOp& op = lr.queues->sends[index];
-    if (op.forwardLink >= 0) links[op.forwardLink].queues->recvs[op.forwardIndex].forwardDone = true;
-    while (lr.completed < lr.posted && lr.sendDone[lr.completed]) ++lr.completed;
+    if (op.forwardLink >= 0)
+      links[op.forwardLink].queues->recvs[op.forwardIndex].forwardDone = true;
+    while (lr.completed < lr.posted && lr.sendDone[lr.completed])
+      ++lr.completed;
   }
 
   bool processRecvs(size_t li) {
@@ -151,13 +166,21 @@ struct Engine::Run {
       const uint64_t seq = lr.recvBase + lr.processed;
       const size_t slot = link.slotOf(seq);
       const uint32_t arrived = link.arrivedBytes[slot];
-      if (arrived == Link::kNotArrived || !satisfied(op.depBegin, op.depEnd)) break;
+      if (arrived == Link::kNotArrived || !satisfied(op.depBegin, op.depEnd))
+        break;
       uint8_t* base = link.slot(slot);
       codecs::ChunkHeader h;
       memcpy(&h, base, sizeof(h));
-      codecs::ChunkExpectation e{collectiveId, op.step, static_cast<uint8_t>(args.dtype), seq,
-                                 op.chunkIndex, op.count, op.elementOffset, args.count,
-                                 static_cast<uint8_t>(args.kind), static_cast<uint8_t>(args.op),
+      codecs::ChunkExpectation e{collectiveId,
+                                 op.step,
+                                 static_cast<uint8_t>(args.dtype),
+                                 seq,
+                                 op.chunkIndex,
+                                 op.count,
+                                 op.elementOffset,
+                                 args.count,
+                                 static_cast<uint8_t>(args.kind),
+                                 static_cast<uint8_t>(args.op),
                                  elementSize};
       if (const char* why = codecs::validateChunk(h, e, arrived)) {
         const bool mismatch = h.magic == codecs::kChunkMagic && h.totalCount != args.count;
@@ -170,7 +193,9 @@ struct Engine::Run {
       }
       uint8_t* payload = base + sizeof(codecs::ChunkHeader);
       switch (op.action) {
-        case RecvAction::kCopy: memcpy(op.dst, payload, op.count * elementSize); break;
+        case RecvAction::kCopy:
+          memcpy(op.dst, payload, op.count * elementSize);
+          break;
         case RecvAction::kReduce:
           codecs::reduceInPlace(args.dtype, args.op, op.dst, payload, op.count);
           break;
@@ -185,7 +210,8 @@ struct Engine::Run {
           codecs::reduceInto(args.dtype, args.op, payload, op.operand, payload, op.count);
           break;
       }
-      if (op.finalize) codecs::finalizeAverage(args.dtype, args.op, op.dst, op.count, engine.nranks_);
+      if (op.finalize)
+        codecs::finalizeAverage(args.dtype, args.op, op.dst, op.count, engine.nranks_);
       link.arrivedBytes[slot] = Link::kNotArrived;
       op.processed = true;
       ++lr.processed;
@@ -203,7 +229,8 @@ struct Engine::Run {
     bool progress = false;
     while (lr.releasedHere < lr.processed) {
       const RecvOp& op = lr.queues->recvs[lr.releasedHere];
-      if (op.forwarded && !op.forwardDone) break;
+      if (op.forwarded && !op.forwardDone)
+        break;
       ++lr.releasedHere;
       ++link.released;
       progress = true;
@@ -212,7 +239,8 @@ struct Engine::Run {
       PostResult r = link.connection().postWrite(
           {}, link.peerSlots, 0, makeImm(ImmTag::kCredit, static_cast<uint32_t>(link.released)),
           workId(WorkKind::kCredit, li, 0));
-      if (r == PostResult::kError) connectionFailed(li);
+      if (r == PostResult::kError)
+        connectionFailed(li);
       if (r == PostResult::kOk) {
         link.creditAdvertised = link.released;
         progress = true;
@@ -237,18 +265,25 @@ struct Engine::Run {
       for (size_t i = 0; i < n; ++i) {
         const Completion& c = completions[i];
         switch (c.kind) {
-          case CompletionKind::kError: connectionFailed(li);
+          case CompletionKind::kError:
+            connectionFailed(li);
           case CompletionKind::kWrite:
-            if (c.status != Errc::kOk) connectionFailed(li);
-            if (workKind(c.id) == WorkKind::kData) onSendComplete(workLink(c.id), workIndex(c.id));
+            if (c.status != Errc::kOk)
+              connectionFailed(li);
+            if (workKind(c.id) == WorkKind::kData)
+              onSendComplete(workLink(c.id), workIndex(c.id));
             break;
-          case CompletionKind::kRemoteWrite: onRemoteWrite(li, c); break;
+          case CompletionKind::kRemoteWrite:
+            onRemoteWrite(li, c);
+            break;
           case CompletionKind::kSend:
-          case CompletionKind::kRecv: break;  // not used by the chunk protocol
+          case CompletionKind::kRecv:
+            break;  // not used by the chunk protocol
         }
       }
       progress |= n > 0;
-      if (n < completions.size()) break;
+      if (n < completions.size())
+        break;
     }
     return progress;
   }
@@ -265,7 +300,8 @@ struct Engine::Run {
         link.arrivedBytes[payload] = c.length;
         break;
       case ImmTag::kCredit:
-        GS_LOG_TRACE("credit from rank %d: %u (had %llu)", link.peer(), payload, static_cast<unsigned long long>(link.peerReleased));
+        GS_LOG_TRACE("credit from rank %d: %u (had %llu)", link.peer(), payload,
+                     static_cast<unsigned long long>(link.peerReleased));
         link.applyCredit(payload);
         break;
       case ImmTag::kBye:
@@ -275,7 +311,8 @@ struct Engine::Run {
         fail(Errc::kRemote, static_cast<int>(payload),
              formatString("rank %u failed (reported by rank %d)", payload, link.peer()));
       default:
-        fail(Errc::kRemote, link.peer(), formatString("rank %d sent an unknown message", link.peer()));
+        fail(Errc::kRemote, link.peer(),
+             formatString("rank %d sent an unknown message", link.peer()));
     }
   }
 
@@ -310,7 +347,8 @@ struct Engine::Run {
 
   int blamedPeer() const {
     for (const LinkRun& l : links) {
-      if (l.processed < l.queues->recvs.size()) return l.link->peer();
+      if (l.processed < l.queues->recvs.size())
+        return l.link->peer();
     }
     return links.empty() ? engine.rank_ : links.front().link->peer();
   }
@@ -321,18 +359,20 @@ struct Engine::Run {
     int idle = 0;
     for (;;) {
       bool progress = false;
-      for (size_t li = 0; li < links.size(); ++li) progress |= pollLink(li);
+      for (size_t li = 0; li < links.size(); ++li)
+        progress |= pollLink(li);
       for (size_t li = 0; li < links.size(); ++li) {
         progress |= processRecvs(li);
         progress |= returnCredits(li);
         progress |= postSends(li);
       }
-      if (done()) return;
+      if (done())
+        return;
       if (engine.abortFlag_.load(std::memory_order_relaxed)) {
         engine.notifyPeers(engine.rank_);
-        throw Error(Errc::kAborted, formatString("%s #%u on rank %d: communicator aborted",
-                                                 collectiveName(args.kind), collectiveId,
-                                                 engine.rank_));
+        throw Error(Errc::kAborted,
+                    formatString("%s #%u on rank %d: communicator aborted",
+                                 collectiveName(args.kind), collectiveId, engine.rank_));
       }
       const auto now = Clock::now();
       if (progress) {
@@ -342,21 +382,30 @@ struct Engine::Run {
       }
       if (now - lastProgress > timeout) {
         fail(Errc::kTimeout, blamedPeer(),
-             formatString("no progress for %lld ms, %s", static_cast<long long>(engine.config_.timeoutMs),
-                          waitingFor().c_str()));
+             formatString("no progress for %lld ms, %s",
+                          static_cast<long long>(engine.config_.timeoutMs), waitingFor().c_str()));
       }
       if (++idle > kSpinRounds) {
-        auto left = std::chrono::duration_cast<std::chrono::microseconds>(timeout - (now - lastProgress));
+        auto left =
+            std::chrono::duration_cast<std::chrono::microseconds>(timeout - (now - lastProgress));
         engine.device_.waitForActivity(std::min(left, std::chrono::microseconds(2000)));
       }
     }
   }
 };
 
-Engine::Engine(int rank, int nranks, transport::Device& device, std::vector<Link*> linksByPeer,
-               const Config& config, const std::atomic<bool>& abortFlag)
-    : rank_(rank), nranks_(nranks), device_(device), links_(std::move(linksByPeer)),
-      config_(config), abortFlag_(abortFlag) {}
+Engine::Engine(int rank,
+               int nranks,
+               transport::Device& device,
+               std::vector<Link*> linksByPeer,
+               const Config& config,
+               const std::atomic<bool>& abortFlag)
+    : rank_(rank),
+      nranks_(nranks),
+      device_(device),
+      links_(std::move(linksByPeer)),
+      config_(config),
+      abortFlag_(abortFlag) {}
 
 Engine::~Engine() = default;
 
@@ -373,10 +422,13 @@ void Engine::run(const CollectiveArgs& args) {
 
   for (const auto& [src, dst] : schedule.localCopies) {
     const uint8_t* from = (src.buffer == BufferId::kSend ? send : recv) + src.offset * esize;
-    uint8_t* to = (dst.buffer == BufferId::kSend ? const_cast<uint8_t*>(send) : recv) + dst.offset * esize;
-    if (from != to && src.count > 0) memmove(to, from, src.count * esize);
+    uint8_t* to =
+        (dst.buffer == BufferId::kSend ? const_cast<uint8_t*>(send) : recv) + dst.offset * esize;
+    if (from != to && src.count > 0)
+      memmove(to, from, src.count * esize);
   }
-  if (schedule.steps.empty()) return;
+  if (schedule.steps.empty())
+    return;
 
   // Registration is per call here (cheap for tcp and loopback); the verbs backend will put a
   // cache behind registerMemory.
@@ -384,12 +436,14 @@ void Engine::run(const CollectiveArgs& args) {
   if (schedule.sendCount > 0) {
     sendRegion = device_.registerMemory(const_cast<uint8_t*>(send), schedule.sendCount * esize);
   }
-  if (schedule.recvCount > 0) recvRegion = device_.registerMemory(recv, schedule.recvCount * esize);
+  if (schedule.recvCount > 0)
+    recvRegion = device_.registerMemory(recv, schedule.recvCount * esize);
 
   Run run(*this, args, id);
   const size_t chunkElements = std::max<size_t>(1, static_cast<size_t>(config_.chunkBytes) / esize);
-  run.plan = buildPlan({&schedule, send, recv, sendRegion.get(), recvRegion.get(), esize, chunkElements,
-                        std::max<size_t>(1, static_cast<size_t>(config_.slotsPerPeer) / 2)});
+  run.plan =
+      buildPlan({&schedule, send, recv, sendRegion.get(), recvRegion.get(), esize, chunkElements,
+                 std::max<size_t>(1, static_cast<size_t>(config_.slotsPerPeer) / 2)});
   run.links.reserve(run.plan.links.size());
   for (auto& q : run.plan.links) {
     Link* link = q.peer >= 0 && q.peer < nranks_ ? links_[q.peer] : nullptr;
@@ -404,14 +458,17 @@ void Engine::run(const CollectiveArgs& args) {
     run.links.push_back(std::move(lr));
   }
   run.execute();
-  for (auto& lr : run.links) lr.link->recvSequence += lr.queues->recvs.size();
+  for (auto& lr : run.links)
+    lr.link->recvSequence += lr.queues->recvs.size();
 }
 
 void Engine::notifyPeers(int originRank) noexcept {
-  if (notified_) return;
+  if (notified_)
+    return;
   notified_ = true;
   for (Link* link : links_) {
-    if (link == nullptr || !link->connected()) continue;
+    if (link == nullptr || !link->connected())
+      continue;
     // Best effort: a full queue or a dead connection just means this peer learns by timeout.
     if (link->connection().postWrite({}, link->peerSlots, 0,
                                      makeImm(ImmTag::kAbort, static_cast<uint32_t>(originRank)),
@@ -425,10 +482,12 @@ void Engine::notifyPeers(int originRank) noexcept {
     while (!sent && !flushBy.expired()) {
       const size_t n = link->connection().poll(sink);
       for (size_t i = 0; i < n; ++i) {
-        sent |= sink[i].kind == CompletionKind::kError ||
-                (sink[i].kind == CompletionKind::kWrite && workKind(sink[i].id) == WorkKind::kAbort);
+        sent |=
+            sink[i].kind == CompletionKind::kError ||
+            (sink[i].kind == CompletionKind::kWrite && workKind(sink[i].id) == WorkKind::kAbort);
       }
-      if (n == 0) device_.waitForActivity(std::chrono::microseconds(1000));
+      if (n == 0)
+        device_.waitForActivity(std::chrono::microseconds(1000));
     }
   }
 }
@@ -440,7 +499,8 @@ namespace gs::stream {
 void Engine::farewell(Deadline deadline) noexcept {
   std::vector<Link*> waiting;
   for (Link* link : links_) {
-    if (link == nullptr || !link->connected()) continue;
+    if (link == nullptr || !link->connected())
+      continue;
     if (link->connection().postWrite({}, link->peerSlots, 0, makeImm(ImmTag::kBye, 0),
                                      workId(WorkKind::kAbort, 0, 0)) == PostResult::kOk) {
       waiting.push_back(link);
@@ -455,8 +515,10 @@ void Engine::farewell(Deadline deadline) noexcept {
       bool gone = false;
       for (size_t k = 0; k < n; ++k) {
         const auto& c = sink[k];
-        if (c.kind == CompletionKind::kError) gone = true;
-        if (c.kind == CompletionKind::kRemoteWrite && immTag(c.imm) == ImmTag::kBye) link->byeReceived = true;
+        if (c.kind == CompletionKind::kError)
+          gone = true;
+        if (c.kind == CompletionKind::kRemoteWrite && immTag(c.imm) == ImmTag::kBye)
+          link->byeReceived = true;
       }
       any |= n > 0;
       if (gone || link->byeReceived) {
@@ -467,9 +529,9 @@ void Engine::farewell(Deadline deadline) noexcept {
       }
     }
     if (!any && !waiting.empty()) {
-      device_.waitForActivity(std::min(std::chrono::duration_cast<std::chrono::microseconds>(
-                                           deadline.remaining()),
-                                       std::chrono::microseconds(5000)));
+      device_.waitForActivity(
+          std::min(std::chrono::duration_cast<std::chrono::microseconds>(deadline.remaining()),
+                   std::chrono::microseconds(5000)));
     }
   }
   for (Link* link : waiting) {

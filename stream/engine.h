@@ -28,7 +28,7 @@ struct CollectiveArgs {
 /// Figures of the last collective (for tools and, later, metrics).
 struct CollectiveStats {
   uint64_t chunksSent = 0;
-  uint64_t bytesSent = 0;      // payload + headers
+  uint64_t bytesSent = 0;  // payload + headers
   uint64_t chunksReceived = 0;
 };
 
@@ -47,8 +47,12 @@ struct CollectiveStats {
 class Engine {
  public:
   /// linksByPeer[p] is the link to rank p or null.
-  Engine(int rank, int nranks, transport::Device& device, std::vector<Link*> linksByPeer,
-         const Config& config, const std::atomic<bool>& abortFlag);
+  Engine(int rank,
+         int nranks,
+         transport::Device& device,
+         std::vector<Link*> linksByPeer,
+         const Config& config,
+         const std::atomic<bool>& abortFlag);
   ~Engine();
 
   void run(const CollectiveArgs& args);

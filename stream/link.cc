@@ -18,7 +18,9 @@ uint8_t* allocatePages(size_t bytes) {
 
 }  // namespace
 
-void Link::FreeDeleter::operator()(uint8_t* p) const noexcept { free(p); }
+void Link::FreeDeleter::operator()(uint8_t* p) const noexcept {
+  free(p);
+}
 
 Link::Link(int peer, transport::Device& device, const SlotLayout& layout)
     : arrivedBytes(layout.slots, kNotArrived),

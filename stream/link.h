@@ -10,7 +10,7 @@ namespace gs::stream {
 
 /// Layout of the receive slots every rank keeps for each peer that sends to it.
 struct SlotLayout {
-  size_t slots = 8;           // chunks in flight per direction
+  size_t slots = 8;  // chunks in flight per direction
   size_t chunkBytes = 1 << 20;
   /// Bytes per slot: chunk header plus chunk, rounded up to a page.
   size_t slotBytes() const { return (64 + chunkBytes + 4095) / 4096 * 4096; }
@@ -26,7 +26,9 @@ inline constexpr uint32_t kImmPayloadMask = (1u << 30) - 1;
 inline uint32_t makeImm(ImmTag tag, uint32_t payload) {
   return (static_cast<uint32_t>(tag) << 30) | (payload & kImmPayloadMask);
 }
-inline ImmTag immTag(uint32_t imm) { return static_cast<ImmTag>(imm >> 30); }
+inline ImmTag immTag(uint32_t imm) {
+  return static_cast<ImmTag>(imm >> 30);
+}
 
 /// State of the chunk protocol with one peer, both directions, kept for the communicator's
 /// lifetime: receive slots (registered, written by the peer), staging for outgoing chunk
@@ -42,7 +44,8 @@ class Link {
 
   /// Key of this rank's receive slots for the peer (travels through the rendezvous).
   transport::RemoteKey recvSlotsKey() const { return recvSlotsMr_->remoteKey(); }
-  void attach(std::unique_ptr<transport::Connection> connection, const transport::RemoteKey& peerSlots);
+  void attach(std::unique_ptr<transport::Connection> connection,
+              const transport::RemoteKey& peerSlots);
 
   transport::Connection& connection() { return *connection_; }
   bool connected() const { return connection_ != nullptr; }
@@ -53,14 +56,14 @@ class Link {
   size_t slotOf(uint64_t sequence) const { return sequence % layout_.slots; }
   std::vector<uint32_t> arrivedBytes;  // per slot; kNotArrived when empty
   static constexpr uint32_t kNotArrived = 0xffffffffu;
-  uint64_t recvSequence = 0;    // next chunk sequence expected from the peer
-  uint64_t released = 0;        // chunks released back to the peer (cumulative)
+  uint64_t recvSequence = 0;  // next chunk sequence expected from the peer
+  uint64_t released = 0;      // chunks released back to the peer (cumulative)
   uint64_t creditAdvertised = 0;
 
   // Send side.
   transport::RemoteKey peerSlots;
-  uint64_t sendSequence = 0;    // next chunk sequence to send
-  uint64_t peerReleased = 0;    // credits: chunks the peer has released
+  uint64_t sendSequence = 0;  // next chunk sequence to send
+  uint64_t peerReleased = 0;  // credits: chunks the peer has released
   uint8_t* headerStaging(size_t index) { return headers_.get() + index * 64; }
   const transport::MemoryRegion& headerRegion() const { return *headersMr_; }
   std::vector<uint8_t> headerBusy;  // per slot: a posted write still reads its header
@@ -69,7 +72,8 @@ class Link {
   /// other (several sockets or QPs carry them), so an older count is ignored.
   void applyCredit(uint32_t payload) {
     const uint32_t delta = (payload - static_cast<uint32_t>(peerReleased)) & kImmPayloadMask;
-    if (delta < (kImmPayloadMask >> 1)) peerReleased += delta;
+    if (delta < (kImmPayloadMask >> 1))
+      peerReleased += delta;
   }
   bool byeReceived = false;
 

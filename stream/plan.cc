@@ -33,8 +33,10 @@ class PlanBuilder {
     steps_.resize(s.steps.size());
     for (size_t k = 0; k < s.steps.size(); ++k) {
       const Step& st = s.steps[k];
-      if (st.sendPeer >= 0) addSends(static_cast<int>(k), st);
-      if (st.recvPeer >= 0) addRecvs(static_cast<int>(k), st);
+      if (st.sendPeer >= 0)
+        addSends(static_cast<int>(k), st);
+      if (st.recvPeer >= 0)
+        addRecvs(static_cast<int>(k), st);
     }
     emitGroupMajor();
     resolveForwards();
@@ -55,7 +57,8 @@ class PlanBuilder {
 
   uint16_t linkIndex(int peer) {
     for (size_t i = 0; i < plan_.links.size(); ++i) {
-      if (plan_.links[i].peer == peer) return static_cast<uint16_t>(i);
+      if (plan_.links[i].peer == peer)
+        return static_cast<uint16_t>(i);
     }
     plan_.links.push_back({peer, {}, {}});
     return static_cast<uint16_t>(plan_.links.size() - 1);
@@ -91,11 +94,13 @@ class PlanBuilder {
     }
     const uint8_t* base = address(st.send);
     for (uint64_t off = 0, c = 0; off < st.send.count; off += in_.chunkElements, ++c) {
-      const auto n = static_cast<uint32_t>(std::min<uint64_t>(in_.chunkElements, st.send.count - off));
+      const auto n =
+          static_cast<uint32_t>(std::min<uint64_t>(in_.chunkElements, st.send.count - off));
       SendOp op{static_cast<uint16_t>(step), static_cast<uint32_t>(c), off, n};
       op.source = base + off * in_.elementSize;
       op.region = region(st.send);
-      op.regionOffset = static_cast<size_t>(op.source - static_cast<const uint8_t*>(op.region->data()));
+      op.regionOffset =
+          static_cast<size_t>(op.source - static_cast<const uint8_t*>(op.region->data()));
       sc.sends.push_back(op);
       sc.sendAccess.push_back(accesses_.size());
       accesses_.push_back({step, sc.sendLink, true, 0, {interval(op.source, n), {}}, {}});
@@ -106,14 +111,17 @@ class PlanBuilder {
     StepChunks& sc = steps_[step];
     sc.recvLink = linkIndex(st.recvPeer);
     for (uint64_t off = 0, c = 0; off < st.recvCount; off += in_.chunkElements, ++c) {
-      const auto n = static_cast<uint32_t>(std::min<uint64_t>(in_.chunkElements, st.recvCount - off));
-      RecvOp op{static_cast<uint16_t>(step), static_cast<uint32_t>(c), off, n, st.action, st.finalize};
+      const auto n =
+          static_cast<uint32_t>(std::min<uint64_t>(in_.chunkElements, st.recvCount - off));
+      RecvOp op{
+          static_cast<uint16_t>(step), static_cast<uint32_t>(c), off, n, st.action, st.finalize};
       op.incomingFirst = st.incomingFirst;
       Access a{step, sc.recvLink, false, 0, {}, {}};
       if (st.action != RecvAction::kReduceToSlot) {
         op.dst = const_cast<uint8_t*>(address(st.dst)) + off * in_.elementSize;
         a.writes = interval(op.dst, n);
-        if (st.action == RecvAction::kReduce) a.reads[0] = a.writes;
+        if (st.action == RecvAction::kReduce)
+          a.reads[0] = a.writes;
       }
       if (st.action == RecvAction::kReduceWith || st.action == RecvAction::kReduceToSlot) {
         op.operand = address(st.operand) + off * in_.elementSize;
@@ -130,7 +138,8 @@ class PlanBuilder {
   void emitGroupMajor() {
     const size_t g = std::max<size_t>(1, in_.groupChunks);
     size_t maxChunks = 0;
-    for (const StepChunks& sc : steps_) maxChunks = std::max({maxChunks, sc.sends.size(), sc.recvs.size()});
+    for (const StepChunks& sc : steps_)
+      maxChunks = std::max({maxChunks, sc.sends.size(), sc.recvs.size()});
     for (StepChunks& sc : steps_) {
       sc.sendIndex.resize(sc.sends.size());
       sc.recvIndex.resize(sc.recvs.size());
@@ -155,7 +164,8 @@ class PlanBuilder {
 
   void resolveForwards() {
     for (StepChunks& sc : steps_) {
-      if (sc.forwardsStep < 0) continue;
+      if (sc.forwardsStep < 0)
+        continue;
       StepChunks& from = steps_[sc.forwardsStep];
       for (size_t c = 0; c < sc.sends.size(); ++c) {
         SendOp& op = plan_.links[sc.sendLink].sends[sc.sendIndex[c]];
@@ -169,12 +179,15 @@ class PlanBuilder {
     auto hit = [](const Interval& x, const Interval& y) {
       return !x.empty() && !y.empty() && x.overlaps(y);
     };
-    if (hit(a.writes, b.writes)) return true;
+    if (hit(a.writes, b.writes))
+      return true;
     for (const Interval& r : a.reads) {
-      if (hit(r, b.writes)) return true;
+      if (hit(r, b.writes))
+        return true;
     }
     for (const Interval& r : b.reads) {
-      if (hit(r, a.writes)) return true;
+      if (hit(r, a.writes))
+        return true;
     }
     return false;
   }
@@ -193,7 +206,8 @@ class PlanBuilder {
       Interval& sp = span[a.step];
       firstAccess[a.step] = i;
       for (const Interval* iv : {&a.reads[0], &a.reads[1], &a.writes}) {
-        if (iv->empty()) continue;
+        if (iv->empty())
+          continue;
         sp.begin = std::min(sp.begin, iv->begin);
         sp.end = std::max(sp.end, iv->end);
       }
@@ -204,14 +218,17 @@ class PlanBuilder {
       std::fill(latest.begin(), latest.end(), -1);
       for (size_t j = i; j-- > 0;) {
         const Access& b = accesses_[j];
-        if (b.step >= a.step) continue;
+        if (b.step >= a.step)
+          continue;
         if (!span[b.step].overlaps(span[a.step])) {
           j = firstAccess[b.step];  // skip the rest of step b
           continue;
         }
         const size_t slot = 2 * b.link + (b.isSend ? 1 : 0);
-        if (latest[slot] >= static_cast<int64_t>(b.index)) continue;
-        if (conflicts(a, b)) latest[slot] = b.index;
+        if (latest[slot] >= static_cast<int64_t>(b.index))
+          continue;
+        if (conflicts(a, b))
+          latest[slot] = b.index;
       }
       auto& l = plan_.links[a.link];
       uint32_t* begin = a.isSend ? &l.sends[a.index].depBegin : &l.recvs[a.index].depBegin;
@@ -219,8 +236,8 @@ class PlanBuilder {
       *begin = static_cast<uint32_t>(plan_.deps.size());
       for (size_t s = 0; s < latest.size(); ++s) {
         if (latest[s] >= 0) {
-          plan_.deps.push_back({static_cast<uint16_t>(s / 2), (s % 2) == 1,
-                                static_cast<uint32_t>(latest[s] + 1)});
+          plan_.deps.push_back(
+              {static_cast<uint16_t>(s / 2), (s % 2) == 1, static_cast<uint32_t>(latest[s] + 1)});
         }
       }
       if (a.isSend && l.sends[a.index].forwardLink >= 0) {
@@ -239,6 +256,8 @@ class PlanBuilder {
 
 }  // namespace
 
-Plan buildPlan(const PlanInput& input) { return PlanBuilder(input).build(); }
+Plan buildPlan(const PlanInput& input) {
+  return PlanBuilder(input).build();
+}
 
 }  // namespace gs::stream

@@ -38,7 +38,7 @@ struct RecvOp {
   RecvAction action;
   bool finalize;
   bool incomingFirst = false;
-  bool forwarded = false;    // a later send forwards this chunk from its slot
+  bool forwarded = false;  // a later send forwards this chunk from its slot
   uint8_t* dst = nullptr;
   const uint8_t* operand = nullptr;
   uint32_t depBegin = 0, depEnd = 0;
@@ -50,9 +50,10 @@ struct RecvOp {
 /// The chunk-level program of one collective on one rank: per link an ordered send queue and
 /// an ordered receive queue, group-major (chunks [0, G) of every step, then [G, 2G) of every
 /// step, ...) so a rank never fills its neighbour's slots with chunks of one step while the
-/// neighbour waits to forward those of the previous one; with the dependencies that make in-place and pipelined execution
-/// safe (a chunk reads memory only after the chunks writing it landed, and overwrites memory
-/// only after the chunks reading it left). Built once per call, outside the data path.
+/// neighbour waits to forward those of the previous one; with the dependencies that make in-place
+/// and pipelined execution safe (a chunk reads memory only after the chunks writing it landed, and
+/// overwrites memory only after the chunks reading it left). Built once per call, outside the data
+/// path.
 struct Plan {
   struct LinkQueues {
     int peer;

@@ -5,7 +5,9 @@
 namespace gs::stream {
 namespace {
 
-int mod(int a, int n) { return ((a % n) + n) % n; }
+int mod(int a, int n) {
+  return ((a % n) + n) % n;
+}
 
 // Reduce-scatter over blocks segment(j), ending with block `rank` reduced into dst.
 // Step k (0..N-2): send block (r-k-1) (from the send buffer at k = 0, else forwarded), receive
@@ -74,10 +76,14 @@ Schedule base(CollectiveKind kind, int rank, int nranks, int root, size_t count)
 
 const char* collectiveName(CollectiveKind kind) {
   switch (kind) {
-    case CollectiveKind::kAllReduce: return "allreduce";
-    case CollectiveKind::kReduceScatter: return "reduce_scatter";
-    case CollectiveKind::kAllGather: return "allgather";
-    case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kAllReduce:
+      return "allreduce";
+    case CollectiveKind::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveKind::kAllGather:
+      return "allgather";
+    case CollectiveKind::kBroadcast:
+      return "broadcast";
   }
   return "unknown";
 }
@@ -151,13 +157,14 @@ Schedule ringAllGather(int rank, int nranks, size_t count) {
   };
   BufferRange own{BufferId::kSend, 0, count};
   s.localCopies.push_back({own, block(BufferId::kRecv, rank)});
-  if (nranks > 1) appendAllGather(s, block, own);
+  if (nranks > 1)
+    appendAllGather(s, block, own);
   return s;
 }
 
 Schedule chainBroadcast(int rank, int nranks, int root, size_t count) {
-  GS_CHECK(root >= 0 && root < nranks, Errc::kInvalidArgument,
-           "root %d out of range for %d ranks", root, nranks);
+  GS_CHECK(root >= 0 && root < nranks, Errc::kInvalidArgument, "root %d out of range for %d ranks",
+           root, nranks);
   Schedule s = base(CollectiveKind::kBroadcast, rank, nranks, root, count);
   s.sendCount = rank == root ? count : 0;
   s.recvCount = count;
@@ -189,15 +196,19 @@ Schedule chainBroadcast(int rank, int nranks, int root, size_t count) {
   return s;
 }
 
-Schedule buildSchedule(CollectiveKind kind, int rank, int nranks, int root, size_t count,
-                       bool latencyBound) {
+Schedule buildSchedule(
+    CollectiveKind kind, int rank, int nranks, int root, size_t count, bool latencyBound) {
   switch (kind) {
     case CollectiveKind::kAllReduce:
-      if (latencyBound && nranks == 2) return exchangeAllReduce(rank, nranks, count);
+      if (latencyBound && nranks == 2)
+        return exchangeAllReduce(rank, nranks, count);
       return ringAllReduce(rank, nranks, count);
-    case CollectiveKind::kReduceScatter: return ringReduceScatter(rank, nranks, count);
-    case CollectiveKind::kAllGather: return ringAllGather(rank, nranks, count);
-    case CollectiveKind::kBroadcast: return chainBroadcast(rank, nranks, root, count);
+    case CollectiveKind::kReduceScatter:
+      return ringReduceScatter(rank, nranks, count);
+    case CollectiveKind::kAllGather:
+      return ringAllGather(rank, nranks, count);
+    case CollectiveKind::kBroadcast:
+      return chainBroadcast(rank, nranks, root, count);
   }
   GS_CHECK(false, Errc::kInvalidArgument, "unknown collective kind");
   return {};

@@ -33,17 +33,17 @@ enum class RecvAction : uint8_t {
 /// (the bytes stay in the receive slot: no copy). Steps are a program order, not a barrier: a
 /// chunk moves as soon as the chunks it depends on have.
 struct Step {
-  int sendPeer = -1;              // -1: this step sends nothing
+  int sendPeer = -1;  // -1: this step sends nothing
   bool sendForwardsPrevious = false;
-  BufferRange send;               // when !sendForwardsPrevious
-  int recvPeer = -1;              // -1: this step receives nothing
+  BufferRange send;   // when !sendForwardsPrevious
+  int recvPeer = -1;  // -1: this step receives nothing
   RecvAction action = RecvAction::kCopy;
-  BufferRange dst;                // kCopy, kReduce, kReduceWith
-  BufferRange operand;            // kReduceWith, kReduceToSlot
-  size_t recvCount = 0;           // elements received
-  bool finalize = false;          // the reduction is complete here: apply kAvg's division
-  bool incomingFirst = false;     // kReduceWith computes op(incoming, operand): the lower rank's
-                                  // value goes first on both ranks, so results match bit for bit
+  BufferRange dst;             // kCopy, kReduce, kReduceWith
+  BufferRange operand;         // kReduceWith, kReduceToSlot
+  size_t recvCount = 0;        // elements received
+  bool finalize = false;       // the reduction is complete here: apply kAvg's division
+  bool incomingFirst = false;  // kReduceWith computes op(incoming, operand): the lower rank's
+                               // value goes first on both ranks, so results match bit for bit
 };
 
 enum class CollectiveKind : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
@@ -84,14 +84,18 @@ Schedule chainBroadcast(int rank, int nranks, int root, size_t count);
 
 /// Builds the schedule of any collective kind. latencyBound selects the one-round exchange for
 /// a 2-rank allreduce (ignored elsewhere).
-Schedule buildSchedule(CollectiveKind kind, int rank, int nranks, int root, size_t count,
-                       bool latencyBound = false);
+Schedule buildSchedule(
+    CollectiveKind kind, int rank, int nranks, int root, size_t count, bool latencyBound = false);
 
 /// Symbolic check: runs the schedules of all ranks with no network, values represented as the
 /// set of (rank, element) contributions, and verifies every rank's final buffer is exactly the
 /// collective's result (each contribution once, averages finalized once, no deadlock, matching
 /// sizes between sender and receiver). Returns "" on success, else what went wrong.
-std::string checkSchedules(CollectiveKind kind, int nranks, int root, size_t count,
-                           bool averaging, bool latencyBound = false);
+std::string checkSchedules(CollectiveKind kind,
+                           int nranks,
+                           int root,
+                           size_t count,
+                           bool averaging,
+                           bool latencyBound = false);
 
 }  // namespace gs::stream

@@ -23,7 +23,12 @@ struct Failure {
 class Checker {
  public:
   Checker(CollectiveKind kind, int nranks, int root, size_t count, bool averaging, bool latency)
-      : kind_(kind), n_(nranks), root_(root), count_(count), averaging_(averaging), latency_(latency) {}
+      : kind_(kind),
+        n_(nranks),
+        root_(root),
+        count_(count),
+        averaging_(averaging),
+        latency_(latency) {}
 
   std::string run() {
     try {
@@ -57,22 +62,29 @@ class Checker {
     throw Failure{"rank " + std::to_string(rank) + ": " + what};
   }
 
-  std::vector<Sym>& buffer(RankState& s, BufferId b) { return b == BufferId::kSend ? s.send : s.recv; }
+  std::vector<Sym>& buffer(RankState& s, BufferId b) {
+    return b == BufferId::kSend ? s.send : s.recv;
+  }
 
   std::vector<Sym> read(RankState& s, int r, const BufferRange& range) {
     auto& buf = buffer(s, range.buffer);
-    if (range.offset + range.count > buf.size()) fail(r, "range outside its buffer");
+    if (range.offset + range.count > buf.size())
+      fail(r, "range outside its buffer");
     return std::vector<Sym>(buf.begin() + static_cast<long>(range.offset),
                             buf.begin() + static_cast<long>(range.offset + range.count));
   }
 
   Sym combine(int r, const Sym& a, const Sym& b) const {
-    if (a.element < 0 || b.element < 0) fail(r, "reduces an element never written");
-    if (a.element != b.element) fail(r, "reduces different elements together");
-    if (a.finalized || b.finalized) fail(r, "reduces an already finalized average");
+    if (a.element < 0 || b.element < 0)
+      fail(r, "reduces an element never written");
+    if (a.element != b.element)
+      fail(r, "reduces different elements together");
+    if (a.finalized || b.finalized)
+      fail(r, "reduces an already finalized average");
     Sym out = a;
     for (size_t w = 0; w < a.mask.size(); ++w) {
-      if (a.mask[w] & b.mask[w]) fail(r, "counts a contribution twice");
+      if (a.mask[w] & b.mask[w])
+        fail(r, "counts a contribution twice");
       out.mask[w] |= b.mask[w];
     }
     return out;
@@ -84,25 +96,30 @@ class Checker {
       RankState& s = ranks_[r];
       s.schedule = buildSchedule(kind_, r, n_, root_, count_, latency_);
       s.send.resize(s.schedule.sendCount);
-      for (size_t i = 0; i < s.send.size(); ++i) s.send[i] = Sym{static_cast<int64_t>(i), single(r), 0};
+      for (size_t i = 0; i < s.send.size(); ++i)
+        s.send[i] = Sym{static_cast<int64_t>(i), single(r), 0};
       s.recv.resize(s.schedule.recvCount);
       for (auto& [src, dst] : s.schedule.localCopies) {
         auto values = read(s, r, src);
-        if (dst.count != src.count) fail(r, "local copy changes size");
+        if (dst.count != src.count)
+          fail(r, "local copy changes size");
         auto& out = buffer(s, dst.buffer);
-        for (size_t i = 0; i < values.size(); ++i) out.at(dst.offset + i) = values[i];
+        for (size_t i = 0; i < values.size(); ++i)
+          out.at(dst.offset + i) = values[i];
       }
     }
   }
 
   bool advance(int r) {
     RankState& s = ranks_[r];
-    if (s.step >= s.schedule.steps.size()) return false;
+    if (s.step >= s.schedule.steps.size())
+      return false;
     const Step& st = s.schedule.steps[s.step];
     bool progress = false;
     if (!s.sent) {
       if (st.sendPeer >= 0) {
-        if (st.sendPeer == r || st.sendPeer >= n_) fail(r, "sends to an invalid peer");
+        if (st.sendPeer == r || st.sendPeer >= n_)
+          fail(r, "sends to an invalid peer");
         std::vector<Sym> payload;
         if (st.sendForwardsPrevious) {
           if (s.step == 0 || s.schedule.steps[s.step - 1].recvPeer < 0)
@@ -124,7 +141,8 @@ class Checker {
         if (!q.empty()) {
           std::vector<Sym> in = std::move(q.front());
           q.pop_front();
-          if (in.size() != st.recvCount) fail(r, "receives a message of the wrong size");
+          if (in.size() != st.recvCount)
+            fail(r, "receives a message of the wrong size");
           applyRecv(s, r, st, in);
           s.lastReceived = std::move(in);
           s.received = true;
@@ -143,24 +161,37 @@ class Checker {
   void applyRecv(RankState& s, int r, const Step& st, std::vector<Sym>& in) {
     if (st.action == RecvAction::kReduceToSlot) {
       auto operand = read(s, r, st.operand);
-      if (operand.size() != in.size()) fail(r, "operand size differs from message");
-      for (size_t i = 0; i < in.size(); ++i) in[i] = combine(r, operand[i], in[i]);
+      if (operand.size() != in.size())
+        fail(r, "operand size differs from message");
+      for (size_t i = 0; i < in.size(); ++i)
+        in[i] = combine(r, operand[i], in[i]);
       return;
     }
-    if (st.dst.count != in.size()) fail(r, "destination size differs from message");
+    if (st.dst.count != in.size())
+      fail(r, "destination size differs from message");
     auto& out = buffer(s, st.dst.buffer);
-    if (st.dst.offset + st.dst.count > out.size()) fail(r, "destination outside its buffer");
+    if (st.dst.offset + st.dst.count > out.size())
+      fail(r, "destination outside its buffer");
     std::vector<Sym> operand;
-    if (st.action == RecvAction::kReduceWith) operand = read(s, r, st.operand);
+    if (st.action == RecvAction::kReduceWith)
+      operand = read(s, r, st.operand);
     for (size_t i = 0; i < in.size(); ++i) {
       Sym& d = out[st.dst.offset + i];
       switch (st.action) {
-        case RecvAction::kCopy: d = in[i]; break;
-        case RecvAction::kReduce: d = combine(r, d, in[i]); break;
-        case RecvAction::kReduceWith: d = combine(r, operand.at(i), in[i]); break;
-        case RecvAction::kReduceToSlot: break;
+        case RecvAction::kCopy:
+          d = in[i];
+          break;
+        case RecvAction::kReduce:
+          d = combine(r, d, in[i]);
+          break;
+        case RecvAction::kReduceWith:
+          d = combine(r, operand.at(i), in[i]);
+          break;
+        case RecvAction::kReduceToSlot:
+          break;
       }
-      if (st.finalize) ++d.finalized;
+      if (st.finalize)
+        ++d.finalized;
     }
   }
 
@@ -171,7 +202,8 @@ class Checker {
         progress |= advance(r);
         done &= ranks_[r].step >= ranks_[r].schedule.steps.size();
       }
-      if (done) break;
+      if (done)
+        break;
       if (!progress) {
         for (int r = 0; r < n_; ++r) {
           if (ranks_[r].step < ranks_[r].schedule.steps.size())
@@ -180,11 +212,16 @@ class Checker {
       }
     }
     for (auto& [link, q] : links_) {
-      if (!q.empty()) fail(link.first, "sent a message nobody received");
+      if (!q.empty())
+        fail(link.first, "sent a message nobody received");
     }
   }
 
-  void expect(int r, size_t i, const Sym& got, int64_t element, const std::vector<uint64_t>& mask,
+  void expect(int r,
+              size_t i,
+              const Sym& got,
+              int64_t element,
+              const std::vector<uint64_t>& mask,
               int finalized) const {
     if (got.element != element || got.mask != mask || got.finalized != finalized) {
       std::ostringstream os;
@@ -197,7 +234,8 @@ class Checker {
 
   std::vector<uint64_t> full() const {
     std::vector<uint64_t> m((n_ + 63) / 64, 0);
-    for (int r = 0; r < n_; ++r) m[r / 64] |= uint64_t{1} << (r % 64);
+    for (int r = 0; r < n_; ++r)
+      m[r / 64] |= uint64_t{1} << (r % 64);
     return m;
   }
 
@@ -214,7 +252,8 @@ class Checker {
             expect(r, i, recv[i], static_cast<int64_t>(r * count_ + i), full(), fin);
             break;
           case CollectiveKind::kAllGather:
-            expect(r, i, recv[i], static_cast<int64_t>(i % count_), single(static_cast<int>(i / count_)), 0);
+            expect(r, i, recv[i], static_cast<int64_t>(i % count_),
+                   single(static_cast<int>(i / count_)), 0);
             break;
           case CollectiveKind::kBroadcast:
             expect(r, i, recv[i], static_cast<int64_t>(i), single(root_), 0);
@@ -235,8 +274,8 @@ class Checker {
 
 }  // namespace
 
-std::string checkSchedules(CollectiveKind kind, int nranks, int root, size_t count, bool averaging,
-                           bool latencyBound) {
+std::string checkSchedules(
+    CollectiveKind kind, int nranks, int root, size_t count, bool averaging, bool latencyBound) {
   return Checker(kind, nranks, root, count, averaging, latencyBound).run();
 }
 

@@ -34,14 +34,14 @@ extern "C" {
 /** Status codes. GS_OK is zero, errors are negative. */
 typedef enum {
   GS_OK = 0,
-  GS_IN_PROGRESS = 1,            /**< a non-blocking operation has not finished yet */
-  GS_ERR_INVALID_ARGUMENT = -1,  /**< an argument (named in gs_last_error) is invalid */
-  GS_ERR_UNSUPPORTED = -2,       /**< not available in this build or on this machine */
+  GS_IN_PROGRESS = 1,           /**< a non-blocking operation has not finished yet */
+  GS_ERR_INVALID_ARGUMENT = -1, /**< an argument (named in gs_last_error) is invalid */
+  GS_ERR_UNSUPPORTED = -2,      /**< not available in this build or on this machine */
   GS_ERR_NO_MEMORY = -3,
-  GS_ERR_SYSTEM = -4,            /**< an operating system or device call failed */
-  GS_ERR_REMOTE = -5,            /**< a peer failed, disconnected or sent invalid data */
-  GS_ERR_TIMEOUT = -6,           /**< a deadline passed */
-  GS_ERR_ABORTED = -7,           /**< gs_comm_abort() was called */
+  GS_ERR_SYSTEM = -4,  /**< an operating system or device call failed */
+  GS_ERR_REMOTE = -5,  /**< a peer failed, disconnected or sent invalid data */
+  GS_ERR_TIMEOUT = -6, /**< a deadline passed */
+  GS_ERR_ABORTED = -7, /**< gs_comm_abort() was called */
   GS_ERR_INTERNAL = -8
 } gs_status_t;
 
@@ -78,13 +78,13 @@ typedef struct {
  */
 typedef struct {
   size_t struct_size;
-  const char* transport;  /**< "auto" (default), "tcp", "loopback" (threads as ranks) */
-  int64_t timeout_ms;     /**< deadline for every wait; default 60000 */
-  int64_t chunk_bytes;    /**< pipeline chunk size; default 1 MiB */
-  const char* codec;      /**< wire codec; "raw" is the only one in this version */
+  const char* transport;       /**< "auto" (default), "tcp", "loopback" (threads as ranks) */
+  int64_t timeout_ms;          /**< deadline for every wait; default 60000 */
+  int64_t chunk_bytes;         /**< pipeline chunk size; default 1 MiB */
+  const char* codec;           /**< wire codec; "raw" is the only one in this version */
   const char* metrics_address; /**< Prometheus exporter address; reserved */
-  int64_t slots_per_peer; /**< receive slots (chunks in flight) per peer; default 8 */
-  int64_t sockets_per_peer; /**< tcp sockets per peer; default 2 */
+  int64_t slots_per_peer;      /**< receive slots (chunks in flight) per peer; default 8 */
+  int64_t sockets_per_peer;    /**< tcp sockets per peer; default 2 */
 } gs_config_t;
 
 /** Fills *config with "unset" for every field. Returns GS_ERR_INVALID_ARGUMENT for NULL. */
@@ -110,11 +110,16 @@ GS_API gs_status_t gs_get_unique_id(gs_unique_id_t* out_id);
  * Creates a communicator of nranks ranks; blocks until all ranks have joined (collective).
  * config may be NULL for defaults.
  */
-GS_API gs_status_t gs_comm_init_rank_version(gs_comm_t* out_comm, int nranks,
-                                             const gs_unique_id_t* id, int rank,
-                                             const gs_config_t* config, int api_version);
-static inline gs_status_t gs_comm_init_rank(gs_comm_t* out_comm, int nranks,
-                                            const gs_unique_id_t* id, int rank,
+GS_API gs_status_t gs_comm_init_rank_version(gs_comm_t* out_comm,
+                                             int nranks,
+                                             const gs_unique_id_t* id,
+                                             int rank,
+                                             const gs_config_t* config,
+                                             int api_version);
+static inline gs_status_t gs_comm_init_rank(gs_comm_t* out_comm,
+                                            int nranks,
+                                            const gs_unique_id_t* id,
+                                            int rank,
                                             const gs_config_t* config) {
   return gs_comm_init_rank_version(out_comm, nranks, id, rank, config, GS_API_VERSION);
 }
@@ -126,7 +131,8 @@ static inline gs_status_t gs_comm_init_rank(gs_comm_t* out_comm, int nranks,
  * MASTER_PORT. The communicator secret comes from GS_SECRET (recommended) and is otherwise
  * derived from the rendezvous address, which a warning says.
  */
-GS_API gs_status_t gs_comm_init_from_env_version(gs_comm_t* out_comm, const gs_config_t* config,
+GS_API gs_status_t gs_comm_init_from_env_version(gs_comm_t* out_comm,
+                                                 const gs_config_t* config,
                                                  int api_version);
 static inline gs_status_t gs_comm_init_from_env(gs_comm_t* out_comm, const gs_config_t* config) {
   return gs_comm_init_from_env_version(out_comm, config, GS_API_VERSION);
@@ -152,17 +158,33 @@ GS_API gs_status_t gs_comm_destroy(gs_comm_t comm);
  * in place means recv == send + rank * recvcount, for allgather send == recv + rank *
  * sendcount (NCCL conventions). A count of 0 is a no-op that still checks its arguments.
  */
-GS_API gs_status_t gs_allreduce(const void* sendbuff, void* recvbuff, size_t count,
-                                gs_dtype_t dtype, gs_redop_t op, gs_comm_t comm,
+GS_API gs_status_t gs_allreduce(const void* sendbuff,
+                                void* recvbuff,
+                                size_t count,
+                                gs_dtype_t dtype,
+                                gs_redop_t op,
+                                gs_comm_t comm,
                                 struct CUstream_st* cuda_stream);
-GS_API gs_status_t gs_reduce_scatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                     gs_dtype_t dtype, gs_redop_t op, gs_comm_t comm,
+GS_API gs_status_t gs_reduce_scatter(const void* sendbuff,
+                                     void* recvbuff,
+                                     size_t recvcount,
+                                     gs_dtype_t dtype,
+                                     gs_redop_t op,
+                                     gs_comm_t comm,
                                      struct CUstream_st* cuda_stream);
-GS_API gs_status_t gs_allgather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                                gs_dtype_t dtype, gs_comm_t comm, struct CUstream_st* cuda_stream);
+GS_API gs_status_t gs_allgather(const void* sendbuff,
+                                void* recvbuff,
+                                size_t sendcount,
+                                gs_dtype_t dtype,
+                                gs_comm_t comm,
+                                struct CUstream_st* cuda_stream);
 /** sendbuff is read on root only (may be NULL elsewhere); recvbuff is written on every rank. */
-GS_API gs_status_t gs_broadcast(const void* sendbuff, void* recvbuff, size_t count,
-                                gs_dtype_t dtype, int root, gs_comm_t comm,
+GS_API gs_status_t gs_broadcast(const void* sendbuff,
+                                void* recvbuff,
+                                size_t count,
+                                gs_dtype_t dtype,
+                                int root,
+                                gs_comm_t comm,
                                 struct CUstream_st* cuda_stream);
 
 /**
@@ -170,9 +192,14 @@ GS_API gs_status_t gs_broadcast(const void* sendbuff, void* recvbuff, size_t cou
  * issued; a progress thread of the communicator runs them, so the caller may compute in the
  * meantime. The buffers must stay valid until the request is complete.
  */
-GS_API gs_status_t gs_iallreduce(const void* sendbuff, void* recvbuff, size_t count,
-                                 gs_dtype_t dtype, gs_redop_t op, gs_comm_t comm,
-                                 struct CUstream_st* cuda_stream, gs_request_t* out_request);
+GS_API gs_status_t gs_iallreduce(const void* sendbuff,
+                                 void* recvbuff,
+                                 size_t count,
+                                 gs_dtype_t dtype,
+                                 gs_redop_t op,
+                                 gs_comm_t comm,
+                                 struct CUstream_st* cuda_stream,
+                                 gs_request_t* out_request);
 /** *out_done = 1 when finished; returns the operation's status once finished. */
 GS_API gs_status_t gs_test(gs_request_t request, int* out_done);
 /** Waits up to timeout_ms (negative: the communicator's timeout); GS_ERR_TIMEOUT if still busy. */

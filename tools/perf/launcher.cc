@@ -21,7 +21,8 @@ namespace {
 // 0 binds; the rendezvous then fails with a clear error and the run can simply be repeated.
 int freeLoopbackPort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
+  if (fd < 0)
+    return -1;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -37,7 +38,8 @@ int freeLoopbackPort() {
 
 std::string randomHex() {
   unsigned char b[16];
-  if (getrandom(b, sizeof(b), 0) != static_cast<ssize_t>(sizeof(b))) return "gs-perf";
+  if (getrandom(b, sizeof(b), 0) != static_cast<ssize_t>(sizeof(b)))
+    return "gs-perf";
   std::string s;
   char h[3];
   for (unsigned char c : b) {
@@ -107,7 +109,8 @@ int launchLocalRanks(int nranks, char** argv, int timeoutSeconds) {
         result = 124;
       }
       usleep(200 * 1000);  // let the peers print their errors first
-      for (pid_t p : pids) kill(p, SIGKILL);
+      for (pid_t p : pids)
+        kill(p, SIGKILL);
       killed = true;
     }
     usleep(5 * 1000);

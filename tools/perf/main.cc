@@ -34,7 +34,8 @@ struct Options {
 };
 
 [[noreturn]] void usage(const char* why) {
-  if (why) fprintf(stderr, "gradstream-perf: %s\n\n", why);
+  if (why)
+    fprintf(stderr, "gradstream-perf: %s\n\n", why);
   fprintf(stderr,
           "usage: gradstream-perf [--ranks N] [-b bytes] [-e bytes] [-f factor] [-n iters]\n"
           "       [-w warmup] [-c 0|1] [-d float32|float16|bfloat16|float64|int32|int64|uint8]\n"
@@ -47,37 +48,56 @@ struct Options {
 size_t parseSize(const char* s) {
   char* end = nullptr;
   double v = strtod(s, &end);
-  if (end == s || v < 0) usage("bad size");
+  if (end == s || v < 0)
+    usage("bad size");
   switch (*end) {
-    case 'k': case 'K': v *= 1024; break;
-    case 'm': case 'M': v *= 1024 * 1024; break;
-    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
-    case '\0': break;
-    default: usage("bad size suffix");
+    case 'k':
+    case 'K':
+      v *= 1024;
+      break;
+    case 'm':
+    case 'M':
+      v *= 1024 * 1024;
+      break;
+    case 'g':
+    case 'G':
+      v *= 1024.0 * 1024 * 1024;
+      break;
+    case '\0':
+      break;
+    default:
+      usage("bad size suffix");
   }
   return static_cast<size_t>(v);
 }
 
 gs_dtype_t parseDtype(const std::string& s) {
-  static const char* names[] = {"float32", "float16", "bfloat16", "float64", "int32", "int64", "uint8"};
+  static const char* names[] = {"float32", "float16", "bfloat16", "float64",
+                                "int32",   "int64",   "uint8"};
   for (int i = 0; i < 7; ++i) {
-    if (s == names[i]) return static_cast<gs_dtype_t>(i);
+    if (s == names[i])
+      return static_cast<gs_dtype_t>(i);
   }
-  if (s == "float" || s == "fp32") return GS_FLOAT32;
-  if (s == "half" || s == "fp16") return GS_FLOAT16;
-  if (s == "bf16") return GS_BFLOAT16;
+  if (s == "float" || s == "fp32")
+    return GS_FLOAT32;
+  if (s == "half" || s == "fp16")
+    return GS_FLOAT16;
+  if (s == "bf16")
+    return GS_BFLOAT16;
   usage("unknown dtype");
 }
 
 const char* dtypeName(gs_dtype_t d) {
-  static const char* names[] = {"float32", "float16", "bfloat16", "float64", "int32", "int64", "uint8"};
+  static const char* names[] = {"float32", "float16", "bfloat16", "float64",
+                                "int32",   "int64",   "uint8"};
   return names[d];
 }
 
 gs_redop_t parseOp(const std::string& s) {
   static const char* names[] = {"sum", "avg", "min", "max", "prod"};
   for (int i = 0; i < 5; ++i) {
-    if (s == names[i]) return static_cast<gs_redop_t>(i);
+    if (s == names[i])
+      return static_cast<gs_redop_t>(i);
   }
   usage("unknown op");
 }
@@ -92,26 +112,43 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {
-      if (i + 1 >= argc) usage(("missing value after " + a).c_str());
+      if (i + 1 >= argc)
+        usage(("missing value after " + a).c_str());
       return argv[++i];
     };
-    if (a == "-b" || a == "--minbytes") o.minBytes = parseSize(next());
-    else if (a == "-e" || a == "--maxbytes") o.maxBytes = parseSize(next());
-    else if (a == "-f" || a == "--stepfactor") o.factor = atof(next());
-    else if (a == "-n" || a == "--iters") o.iters = atoi(next());
-    else if (a == "-w" || a == "--warmup_iters") o.warmup = atoi(next());
-    else if (a == "-c" || a == "--check") o.check = atoi(next()) != 0;
-    else if (a == "-d" || a == "--datatype") o.dtype = parseDtype(next());
-    else if (a == "-o" || a == "--op") o.op = parseOp(next());
-    else if (a == "-r" || a == "--root") o.root = atoi(next());
-    else if (a == "--coll") o.coll = next();
-    else if (a == "--ranks") o.ranks = atoi(next());
-    else if (a == "--inplace") o.inPlace = true;
-    else if (a == "--timeout") o.timeoutSeconds = atoi(next());
-    else if (a == "-h" || a == "--help") usage(nullptr);
-    else usage(("unknown argument " + a).c_str());
+    if (a == "-b" || a == "--minbytes")
+      o.minBytes = parseSize(next());
+    else if (a == "-e" || a == "--maxbytes")
+      o.maxBytes = parseSize(next());
+    else if (a == "-f" || a == "--stepfactor")
+      o.factor = atof(next());
+    else if (a == "-n" || a == "--iters")
+      o.iters = atoi(next());
+    else if (a == "-w" || a == "--warmup_iters")
+      o.warmup = atoi(next());
+    else if (a == "-c" || a == "--check")
+      o.check = atoi(next()) != 0;
+    else if (a == "-d" || a == "--datatype")
+      o.dtype = parseDtype(next());
+    else if (a == "-o" || a == "--op")
+      o.op = parseOp(next());
+    else if (a == "-r" || a == "--root")
+      o.root = atoi(next());
+    else if (a == "--coll")
+      o.coll = next();
+    else if (a == "--ranks")
+      o.ranks = atoi(next());
+    else if (a == "--inplace")
+      o.inPlace = true;
+    else if (a == "--timeout")
+      o.timeoutSeconds = atoi(next());
+    else if (a == "-h" || a == "--help")
+      usage(nullptr);
+    else
+      usage(("unknown argument " + a).c_str());
   }
-  if (o.factor <= 1 || o.iters < 1 || o.warmup < 0 || o.minBytes > o.maxBytes) usage("bad sweep");
+  if (o.factor <= 1 || o.iters < 1 || o.warmup < 0 || o.minBytes > o.maxBytes)
+    usage("bad sweep");
   if (o.coll != "allreduce" && o.coll != "reduce_scatter" && o.coll != "allgather" &&
       o.coll != "broadcast") {
     usage("unknown collective");
@@ -119,14 +156,14 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-#define GS_TRY(call)                                                                       \
-  do {                                                                                     \
-    gs_status_t s_ = (call);                                                               \
-    if (s_ != GS_OK) {                                                                     \
-      fprintf(stderr, "gradstream-perf: rank %d: %s failed: %s: %s\n", rank, #call,        \
-              gs_status_string(s_), gs_last_error());                                      \
-      exit(3);                                                                             \
-    }                                                                                      \
+#define GS_TRY(call)                                                                \
+  do {                                                                              \
+    gs_status_t s_ = (call);                                                        \
+    if (s_ != GS_OK) {                                                              \
+      fprintf(stderr, "gradstream-perf: rank %d: %s failed: %s: %s\n", rank, #call, \
+              gs_status_string(s_), gs_last_error());                               \
+      exit(3);                                                                      \
+    }                                                                               \
   } while (0)
 
 int rank = -1;
@@ -141,15 +178,20 @@ struct Bench {
   // buffer, i.e. the full vector for allreduce/broadcast and N blocks for the others).
   size_t blockCount(size_t bytes) const {
     size_t count = bytes / esize;
-    if (o.coll == "reduce_scatter" || o.coll == "allgather") count /= static_cast<size_t>(nranks);
+    if (o.coll == "reduce_scatter" || o.coll == "allgather")
+      count /= static_cast<size_t>(nranks);
     return count;
   }
 
   void runOnce(const void* send, void* recv, size_t count) {
-    if (o.coll == "allreduce") GS_TRY(gs_allreduce(send, recv, count, o.dtype, o.op, comm, nullptr));
-    else if (o.coll == "reduce_scatter") GS_TRY(gs_reduce_scatter(send, recv, count, o.dtype, o.op, comm, nullptr));
-    else if (o.coll == "allgather") GS_TRY(gs_allgather(send, recv, count, o.dtype, comm, nullptr));
-    else GS_TRY(gs_broadcast(send, recv, count, o.dtype, o.root, comm, nullptr));
+    if (o.coll == "allreduce")
+      GS_TRY(gs_allreduce(send, recv, count, o.dtype, o.op, comm, nullptr));
+    else if (o.coll == "reduce_scatter")
+      GS_TRY(gs_reduce_scatter(send, recv, count, o.dtype, o.op, comm, nullptr));
+    else if (o.coll == "allgather")
+      GS_TRY(gs_allgather(send, recv, count, o.dtype, comm, nullptr));
+    else
+      GS_TRY(gs_broadcast(send, recv, count, o.dtype, o.root, comm, nullptr));
   }
 
   void barrier() {
@@ -205,8 +247,10 @@ struct Bench {
 
   uint8_t* inPlaceSend(uint8_t* sendBase, uint8_t* recv, size_t count) {
     (void)sendBase;
-    if (o.coll == "reduce_scatter") return recv;  // recv is then the N-block buffer, see run()
-    if (o.coll == "allgather") return recv + count * esize * rank;
+    if (o.coll == "reduce_scatter")
+      return recv;  // recv is then the N-block buffer, see run()
+    if (o.coll == "allgather")
+      return recv + count * esize * rank;
     return recv;
   }
 
@@ -218,7 +262,9 @@ struct Bench {
     printf("# gradstream-perf: %s, %d ranks, dtype %s, op %s, %s, %d iterations after %d warm-up\n",
            o.coll.c_str(), nranks, dtypeName(o.dtype), opName(o.op),
            o.inPlace ? "in place" : "out of place", o.iters, o.warmup);
-    printf("# time is the median over iterations of the slowest rank, each iteration after a barrier\n");
+    printf(
+        "# time is the median over iterations of the slowest rank, each iteration after a "
+        "barrier\n");
     printf("# %10s %12s %8s %6s %5s %11s %11s %11s %7s\n", "size(B)", "count", "type", "redop",
            "root", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
     fflush(stdout);
@@ -242,8 +288,10 @@ struct Bench {
                                          : check(send, recv, count));
       }
       const void* in = o.inPlace ? static_cast<const void*>(inPlaceSend(send, recv, count)) : send;
-      if (o.inPlace && o.coll == "reduce_scatter") in = send;
-      for (int i = 0; i < o.warmup; ++i) runOnce(in, recv, count);
+      if (o.inPlace && o.coll == "reduce_scatter")
+        in = send;
+      for (int i = 0; i < o.warmup; ++i)
+        runOnce(in, recv, count);
       std::vector<double> times;
       for (int i = 0; i < o.iters; ++i) {
         barrier();
@@ -257,7 +305,7 @@ struct Bench {
       wrong = sumOverRanks(wrong);
       totalWrong += wrong;
       const double algbw = us > 0 ? static_cast<double>(sizeBytes) / us / 1e3 : 0;
-      const double factor = o.coll == "allreduce" ? 2.0 * (nranks - 1) / nranks
+      const double factor = o.coll == "allreduce"   ? 2.0 * (nranks - 1) / nranks
                             : o.coll == "broadcast" ? 1.0
                                                     : static_cast<double>(nranks - 1) / nranks;
       if (rank == 0) {
@@ -279,7 +327,8 @@ struct Bench {
       printf("# Out of bounds values : %lld %s\n", static_cast<long long>(totalWrong),
              totalWrong == 0 ? "OK" : "FAILED");
     }
-    if (totalWrong != 0) exit(4);
+    if (totalWrong != 0)
+      exit(4);
   }
 
   size_t checkReduceScatterInPlace(uint8_t* buf, size_t count) {
@@ -297,17 +346,20 @@ struct Bench {
 
 int main(int argc, char** argv) {
   Options o = parse(argc, argv);
-  if (o.ranks > 0 && getenv("RANK") == nullptr) return launchLocalRanks(o.ranks, argv, o.timeoutSeconds);
+  if (o.ranks > 0 && getenv("RANK") == nullptr)
+    return launchLocalRanks(o.ranks, argv, o.timeoutSeconds);
 
   gs_comm_t comm = nullptr;
   GS_TRY(gs_comm_init_from_env(&comm, nullptr));
   int nranks = 0;
   GS_TRY(gs_comm_rank(comm, &rank));
   GS_TRY(gs_comm_size(comm, &nranks));
-  if (o.root < 0 || o.root >= nranks) usage("root out of range");
+  if (o.root < 0 || o.root >= nranks)
+    usage("root out of range");
   if (rank != 0) {
     // Only rank 0 prints the table.
-    if (!freopen("/dev/null", "w", stdout)) return 1;
+    if (!freopen("/dev/null", "w", stdout))
+      return 1;
   }
   Bench b{o, comm, nranks, dtypeSize(o.dtype)};
   b.run();

@@ -18,42 +18,72 @@ namespace {
 // Small integers: sums, products, min and max of them are exact in every dtype, so results must
 // match bit for bit.
 double value(gs_redop_t op, int rank, size_t i) {
-  if (op == GS_PROD) return ((i + static_cast<size_t>(rank)) % 4 == 0) ? 2.0 : 1.0;
-  if (op == GS_MIN || op == GS_MAX) return static_cast<double>((i * 7 + rank * 5) % 50);
+  if (op == GS_PROD)
+    return ((i + static_cast<size_t>(rank)) % 4 == 0) ? 2.0 : 1.0;
+  if (op == GS_MIN || op == GS_MAX)
+    return static_cast<double>((i * 7 + rank * 5) % 50);
   return static_cast<double>(i % 5 + static_cast<size_t>(rank));
 }
 
 size_t esize(gs_dtype_t t) {
   switch (t) {
-    case GS_FLOAT16: case GS_BFLOAT16: return 2;
-    case GS_FLOAT32: case GS_INT32: return 4;
-    case GS_FLOAT64: case GS_INT64: return 8;
-    case GS_UINT8: return 1;
+    case GS_FLOAT16:
+    case GS_BFLOAT16:
+      return 2;
+    case GS_FLOAT32:
+    case GS_INT32:
+      return 4;
+    case GS_FLOAT64:
+    case GS_INT64:
+      return 8;
+    case GS_UINT8:
+      return 1;
   }
   return 0;
 }
 
 void store(void* b, gs_dtype_t t, size_t i, double v) {
   switch (t) {
-    case GS_FLOAT32: static_cast<float*>(b)[i] = static_cast<float>(v); break;
-    case GS_FLOAT64: static_cast<double*>(b)[i] = v; break;
-    case GS_FLOAT16: static_cast<uint16_t*>(b)[i] = codecs::floatToHalf(static_cast<float>(v)); break;
-    case GS_BFLOAT16: static_cast<uint16_t*>(b)[i] = codecs::floatToBf16(static_cast<float>(v)); break;
-    case GS_INT32: static_cast<int32_t*>(b)[i] = static_cast<int32_t>(v); break;
-    case GS_INT64: static_cast<int64_t*>(b)[i] = static_cast<int64_t>(v); break;
-    case GS_UINT8: static_cast<uint8_t*>(b)[i] = static_cast<uint8_t>(v); break;
+    case GS_FLOAT32:
+      static_cast<float*>(b)[i] = static_cast<float>(v);
+      break;
+    case GS_FLOAT64:
+      static_cast<double*>(b)[i] = v;
+      break;
+    case GS_FLOAT16:
+      static_cast<uint16_t*>(b)[i] = codecs::floatToHalf(static_cast<float>(v));
+      break;
+    case GS_BFLOAT16:
+      static_cast<uint16_t*>(b)[i] = codecs::floatToBf16(static_cast<float>(v));
+      break;
+    case GS_INT32:
+      static_cast<int32_t*>(b)[i] = static_cast<int32_t>(v);
+      break;
+    case GS_INT64:
+      static_cast<int64_t*>(b)[i] = static_cast<int64_t>(v);
+      break;
+    case GS_UINT8:
+      static_cast<uint8_t*>(b)[i] = static_cast<uint8_t>(v);
+      break;
   }
 }
 
 double load(const void* b, gs_dtype_t t, size_t i) {
   switch (t) {
-    case GS_FLOAT32: return static_cast<const float*>(b)[i];
-    case GS_FLOAT64: return static_cast<const double*>(b)[i];
-    case GS_FLOAT16: return codecs::halfToFloat(static_cast<const uint16_t*>(b)[i]);
-    case GS_BFLOAT16: return codecs::bf16ToFloat(static_cast<const uint16_t*>(b)[i]);
-    case GS_INT32: return static_cast<const int32_t*>(b)[i];
-    case GS_INT64: return static_cast<double>(static_cast<const int64_t*>(b)[i]);
-    case GS_UINT8: return static_cast<const uint8_t*>(b)[i];
+    case GS_FLOAT32:
+      return static_cast<const float*>(b)[i];
+    case GS_FLOAT64:
+      return static_cast<const double*>(b)[i];
+    case GS_FLOAT16:
+      return codecs::halfToFloat(static_cast<const uint16_t*>(b)[i]);
+    case GS_BFLOAT16:
+      return codecs::bf16ToFloat(static_cast<const uint16_t*>(b)[i]);
+    case GS_INT32:
+      return static_cast<const int32_t*>(b)[i];
+    case GS_INT64:
+      return static_cast<double>(static_cast<const int64_t*>(b)[i]);
+    case GS_UINT8:
+      return static_cast<const uint8_t*>(b)[i];
   }
   return 0;
 }
@@ -62,18 +92,25 @@ double reference(gs_dtype_t t, gs_redop_t op, int n, size_t i) {
   double acc = value(op, 0, i);
   for (int r = 1; r < n; ++r) {
     double v = value(op, r, i);
-    if (op == GS_SUM || op == GS_AVG) acc += v;
-    if (op == GS_PROD) acc *= v;
-    if (op == GS_MIN) acc = std::min(acc, v);
-    if (op == GS_MAX) acc = std::max(acc, v);
+    if (op == GS_SUM || op == GS_AVG)
+      acc += v;
+    if (op == GS_PROD)
+      acc *= v;
+    if (op == GS_MIN)
+      acc = std::min(acc, v);
+    if (op == GS_MAX)
+      acc = std::max(acc, v);
   }
   if (op == GS_AVG) {
     const bool integer = t == GS_INT32 || t == GS_INT64 || t == GS_UINT8;
     acc = integer ? std::trunc(acc / n) : acc / n;
     // What the library computes: the exact sum divided in the element type.
-    if (t == GS_FLOAT32) acc = static_cast<float>(acc);
-    if (t == GS_FLOAT16) acc = codecs::halfToFloat(codecs::floatToHalf(static_cast<float>(acc)));
-    if (t == GS_BFLOAT16) acc = codecs::bf16ToFloat(codecs::floatToBf16(static_cast<float>(acc)));
+    if (t == GS_FLOAT32)
+      acc = static_cast<float>(acc);
+    if (t == GS_FLOAT16)
+      acc = codecs::halfToFloat(codecs::floatToHalf(static_cast<float>(acc)));
+    if (t == GS_BFLOAT16)
+      acc = codecs::bf16ToFloat(codecs::floatToBf16(static_cast<float>(acc)));
   }
   return acc;
 }
@@ -83,12 +120,18 @@ struct Failures {
   std::vector<std::string> list;
   void add(const std::string& s) {
     std::lock_guard<std::mutex> l(m);
-    if (list.size() < 10) list.push_back(s);
+    if (list.size() < 10)
+      list.push_back(s);
   }
 };
 
-void expectBuffer(Failures& f, int rank, const char* what, const void* buf, gs_dtype_t t,
-                  size_t count, const std::function<double(size_t)>& want) {
+void expectBuffer(Failures& f,
+                  int rank,
+                  const char* what,
+                  const void* buf,
+                  gs_dtype_t t,
+                  size_t count,
+                  const std::function<double(size_t)>& want) {
   for (size_t i = 0; i < count; ++i) {
     const double got = load(buf, t, i);
     if (got != want(i)) {
@@ -124,9 +167,11 @@ TEST_P(CollectivesTest, AllReduceEveryDtypeAndOp) {
         const auto t = static_cast<gs_dtype_t>(ti);
         const auto op = static_cast<gs_redop_t>(oi);
         for (size_t count : kCounts) {
-          if (t == GS_UINT8 && op == GS_PROD) continue;
+          if (t == GS_UINT8 && op == GS_PROD)
+            continue;
           std::vector<uint8_t> send(count * esize(t) + 1), recv(count * esize(t) + 1, 0xcd);
-          for (size_t i = 0; i < count; ++i) store(send.data(), t, i, value(op, rank, i));
+          for (size_t i = 0; i < count; ++i)
+            store(send.data(), t, i, value(op, rank, i));
           gs_status_t s = gs_allreduce(send.data(), recv.data(), count, t, op, comm, nullptr);
           if (s != GS_OK) {
             f.add(std::string("allreduce failed: ") + gs_last_error());
@@ -135,7 +180,8 @@ TEST_P(CollectivesTest, AllReduceEveryDtypeAndOp) {
           expectBuffer(f, rank, "allreduce", recv.data(), t, count,
                        [&](size_t i) { return reference(t, op, n, i); });
           // In place.
-          for (size_t i = 0; i < count; ++i) store(recv.data(), t, i, value(op, rank, i));
+          for (size_t i = 0; i < count; ++i)
+            store(recv.data(), t, i, value(op, rank, i));
           if (gs_allreduce(recv.data(), recv.data(), count, t, op, comm, nullptr) != GS_OK) {
             f.add(std::string("in-place allreduce failed: ") + gs_last_error());
             return;
@@ -158,14 +204,16 @@ TEST_P(CollectivesTest, ReduceScatterAllGatherBroadcast) {
         const size_t es = esize(t);
         // Reduce-scatter, out of place and in place.
         std::vector<uint8_t> send(count * n * es + 1), recv(count * es + 1);
-        for (size_t i = 0; i < count * n; ++i) store(send.data(), t, i, value(GS_SUM, rank, i));
+        for (size_t i = 0; i < count * n; ++i)
+          store(send.data(), t, i, value(GS_SUM, rank, i));
         if (gs_reduce_scatter(send.data(), recv.data(), count, t, GS_SUM, comm, nullptr) != GS_OK) {
           f.add(std::string("reduce_scatter: ") + gs_last_error());
           return;
         }
         expectBuffer(f, rank, "reduce_scatter", recv.data(), t, count,
                      [&](size_t i) { return reference(t, GS_SUM, n, rank * count + i); });
-        for (size_t i = 0; i < count * n; ++i) store(send.data(), t, i, value(GS_SUM, rank, i));
+        for (size_t i = 0; i < count * n; ++i)
+          store(send.data(), t, i, value(GS_SUM, rank, i));
         uint8_t* own = send.data() + rank * count * es;
         if (gs_reduce_scatter(send.data(), own, count, t, GS_SUM, comm, nullptr) != GS_OK) {
           f.add(std::string("in-place reduce_scatter: ") + gs_last_error());
@@ -175,25 +223,31 @@ TEST_P(CollectivesTest, ReduceScatterAllGatherBroadcast) {
                      [&](size_t i) { return reference(t, GS_SUM, n, rank * count + i); });
         // Allgather, out of place and in place.
         std::vector<uint8_t> mine(count * es + 1), all(count * n * es + 1);
-        for (size_t i = 0; i < count; ++i) store(mine.data(), t, i, value(GS_SUM, rank, i));
+        for (size_t i = 0; i < count; ++i)
+          store(mine.data(), t, i, value(GS_SUM, rank, i));
         if (gs_allgather(mine.data(), all.data(), count, t, comm, nullptr) != GS_OK) {
           f.add(std::string("allgather: ") + gs_last_error());
           return;
         }
-        expectBuffer(f, rank, "allgather", all.data(), t, count * n,
-                     [&](size_t i) { return value(GS_SUM, static_cast<int>(i / count), i % count); });
+        expectBuffer(f, rank, "allgather", all.data(), t, count * n, [&](size_t i) {
+          return value(GS_SUM, static_cast<int>(i / count), i % count);
+        });
         std::fill(all.begin(), all.end(), 0);
-        for (size_t i = 0; i < count; ++i) store(all.data() + rank * count * es, t, i, value(GS_SUM, rank, i));
-        if (gs_allgather(all.data() + rank * count * es, all.data(), count, t, comm, nullptr) != GS_OK) {
+        for (size_t i = 0; i < count; ++i)
+          store(all.data() + rank * count * es, t, i, value(GS_SUM, rank, i));
+        if (gs_allgather(all.data() + rank * count * es, all.data(), count, t, comm, nullptr) !=
+            GS_OK) {
           f.add(std::string("in-place allgather: ") + gs_last_error());
           return;
         }
-        expectBuffer(f, rank, "in-place allgather", all.data(), t, count * n,
-                     [&](size_t i) { return value(GS_SUM, static_cast<int>(i / count), i % count); });
+        expectBuffer(f, rank, "in-place allgather", all.data(), t, count * n, [&](size_t i) {
+          return value(GS_SUM, static_cast<int>(i / count), i % count);
+        });
         // Broadcast from every root.
         for (int root = 0; root < n; ++root) {
           std::vector<uint8_t> src(count * es + 1), dst(count * es + 1);
-          for (size_t i = 0; i < count; ++i) store(src.data(), t, i, value(GS_SUM, root, i));
+          for (size_t i = 0; i < count; ++i)
+            store(src.data(), t, i, value(GS_SUM, root, i));
           const void* in = rank == root ? src.data() : nullptr;
           if (gs_broadcast(in, dst.data(), count, t, root, comm, nullptr) != GS_OK) {
             f.add(std::string("broadcast: ") + gs_last_error());
@@ -217,7 +271,8 @@ TEST_P(CollectivesTest, RandomFloatsBitIdenticalAcrossRanks) {
   std::mt19937 rng(42);
   std::normal_distribution<float> dist(0.f, 1.f);
   for (auto& v : inputs) {
-    for (float& x : v) x = dist(rng);
+    for (float& x : v)
+      x = dist(rng);
   }
   std::vector<std::vector<float>> outputs(n, std::vector<float>(count));
   std::atomic<int> failures{0};
@@ -229,15 +284,18 @@ TEST_P(CollectivesTest, RandomFloatsBitIdenticalAcrossRanks) {
   });
   ASSERT_EQ(failures.load(), 0);
   for (int r = 1; r < n; ++r) {
-    ASSERT_EQ(memcmp(outputs[0].data(), outputs[r].data(), count * sizeof(float)), 0) << "rank " << r;
+    ASSERT_EQ(memcmp(outputs[0].data(), outputs[r].data(), count * sizeof(float)), 0)
+        << "rank " << r;
   }
   // Ring order: block j is summed starting at rank j+1, each hop adding its own value first.
   for (int j = 0; j < n; ++j) {
     const size_t base = count / n, extra = count % n;
-    const size_t off = j * base + std::min<size_t>(j, extra), len = base + (static_cast<size_t>(j) < extra);
+    const size_t off = j * base + std::min<size_t>(j, extra),
+                 len = base + (static_cast<size_t>(j) < extra);
     for (size_t i = off; i < off + len; ++i) {
       float acc = inputs[(j + 1) % n][i];
-      for (int h = 2; h <= n; ++h) acc = inputs[(j + h) % n][i] + acc;
+      for (int h = 2; h <= n; ++h)
+        acc = inputs[(j + h) % n][i] + acc;
       ASSERT_EQ(outputs[0][i], acc) << "element " << i;
     }
   }
@@ -251,7 +309,8 @@ TEST_P(CollectivesTest, NonBlockingRequestsCompleteInOrder) {
     std::vector<std::vector<float>> bufs(4, std::vector<float>(count));
     std::vector<gs_request_t> reqs(4);
     for (int k = 0; k < 4; ++k) {
-      for (size_t i = 0; i < count; ++i) bufs[k][i] = static_cast<float>(rank + k);
+      for (size_t i = 0; i < count; ++i)
+        bufs[k][i] = static_cast<float>(rank + k);
       if (gs_iallreduce(bufs[k].data(), bufs[k].data(), count, GS_FLOAT32, GS_SUM, comm, nullptr,
                         &reqs[k]) != GS_OK) {
         f.add(gs_last_error());
@@ -260,21 +319,27 @@ TEST_P(CollectivesTest, NonBlockingRequestsCompleteInOrder) {
     }
     // A blocking call after the requests runs after them.
     float one = 1, total = 0;
-    if (gs_allreduce(&one, &total, 1, GS_FLOAT32, GS_SUM, comm, nullptr) != GS_OK) f.add(gs_last_error());
-    if (total != static_cast<float>(n)) f.add("blocking allreduce after requests is wrong");
+    if (gs_allreduce(&one, &total, 1, GS_FLOAT32, GS_SUM, comm, nullptr) != GS_OK)
+      f.add(gs_last_error());
+    if (total != static_cast<float>(n))
+      f.add("blocking allreduce after requests is wrong");
     for (int k = 0; k < 4; ++k) {
       int done = 0;
-      if (gs_wait(reqs[k], -1) != GS_OK) f.add(gs_last_error());
-      if (gs_test(reqs[k], &done) != GS_OK || done != 1) f.add("gs_test after wait");
+      if (gs_wait(reqs[k], -1) != GS_OK)
+        f.add(gs_last_error());
+      if (gs_test(reqs[k], &done) != GS_OK || done != 1)
+        f.add("gs_test after wait");
       const float want = static_cast<float>(n * (n - 1) / 2 + n * k);
-      if (bufs[k][count - 1] != want) f.add("iallreduce result wrong");
+      if (bufs[k][count - 1] != want)
+        f.add("iallreduce result wrong");
       gs_request_free(reqs[k]);
     }
   });
   EXPECT_TRUE(f.list.empty()) << f.list.front();
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, CollectivesTest,
+INSTANTIATE_TEST_SUITE_P(Transports,
+                         CollectivesTest,
                          ::testing::Combine(::testing::Values("loopback", "tcp"),
                                             ::testing::Values(1, 2, 3, 4)),
                          [](const ::testing::TestParamInfo<Param>& info) {

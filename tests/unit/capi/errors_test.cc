@@ -20,7 +20,8 @@ namespace {
                                          << gs_status_string(want) << ": " << gs_last_error();
   }
   if (strstr(gs_last_error(), needle) == nullptr) {
-    return ::testing::AssertionFailure() << "message '" << gs_last_error() << "' lacks '" << needle << "'";
+    return ::testing::AssertionFailure()
+           << "message '" << gs_last_error() << "' lacks '" << needle << "'";
   }
   return ::testing::AssertionSuccess();
 }
@@ -39,26 +40,35 @@ TEST(CapiErrors, InitArguments) {
   gs_unique_id_t id;
   ASSERT_EQ(gs_get_unique_id(&id), GS_OK);
   gs_comm_t comm = nullptr;
-  EXPECT_TRUE(failsWith(gs_comm_init_rank(nullptr, 2, &id, 0, nullptr), GS_ERR_INVALID_ARGUMENT, "out_comm"));
-  EXPECT_TRUE(failsWith(gs_comm_init_rank(&comm, 2, nullptr, 0, nullptr), GS_ERR_INVALID_ARGUMENT, "id"));
-  EXPECT_TRUE(failsWith(gs_comm_init_rank(&comm, 0, &id, 0, nullptr), GS_ERR_INVALID_ARGUMENT, "nranks"));
-  EXPECT_TRUE(failsWith(gs_comm_init_rank(&comm, 2, &id, 2, nullptr), GS_ERR_INVALID_ARGUMENT, "rank 2"));
-  EXPECT_TRUE(failsWith(gs_comm_init_rank(&comm, 2, &id, -1, nullptr), GS_ERR_INVALID_ARGUMENT, "rank -1"));
+  EXPECT_TRUE(failsWith(gs_comm_init_rank(nullptr, 2, &id, 0, nullptr), GS_ERR_INVALID_ARGUMENT,
+                        "out_comm"));
+  EXPECT_TRUE(
+      failsWith(gs_comm_init_rank(&comm, 2, nullptr, 0, nullptr), GS_ERR_INVALID_ARGUMENT, "id"));
+  EXPECT_TRUE(
+      failsWith(gs_comm_init_rank(&comm, 0, &id, 0, nullptr), GS_ERR_INVALID_ARGUMENT, "nranks"));
+  EXPECT_TRUE(
+      failsWith(gs_comm_init_rank(&comm, 2, &id, 2, nullptr), GS_ERR_INVALID_ARGUMENT, "rank 2"));
+  EXPECT_TRUE(
+      failsWith(gs_comm_init_rank(&comm, 2, &id, -1, nullptr), GS_ERR_INVALID_ARGUMENT, "rank -1"));
   gs_unique_id_t garbage;
   memset(&garbage, 0x5a, sizeof(garbage));
-  EXPECT_TRUE(failsWith(gs_comm_init_rank(&comm, 1, &garbage, 0, nullptr), GS_ERR_INVALID_ARGUMENT, "unique id"));
+  EXPECT_TRUE(failsWith(gs_comm_init_rank(&comm, 1, &garbage, 0, nullptr), GS_ERR_INVALID_ARGUMENT,
+                        "unique id"));
   gs_config_t cfg;
   gs_config_init(&cfg);
   cfg.transport = "carrier-pigeon";
-  EXPECT_TRUE(failsWith(gs_comm_init_rank(&comm, 1, &id, 0, &cfg), GS_ERR_INVALID_ARGUMENT, "carrier-pigeon"));
+  EXPECT_TRUE(failsWith(gs_comm_init_rank(&comm, 1, &id, 0, &cfg), GS_ERR_INVALID_ARGUMENT,
+                        "carrier-pigeon"));
   gs_config_init(&cfg);
   cfg.chunk_bytes = 10;
-  EXPECT_TRUE(failsWith(gs_comm_init_rank(&comm, 1, &id, 0, &cfg), GS_ERR_INVALID_ARGUMENT, "chunk_bytes"));
+  EXPECT_TRUE(
+      failsWith(gs_comm_init_rank(&comm, 1, &id, 0, &cfg), GS_ERR_INVALID_ARGUMENT, "chunk_bytes"));
   gs_config_init(&cfg);
   cfg.struct_size = 4;
-  EXPECT_TRUE(failsWith(gs_comm_init_rank(&comm, 1, &id, 0, &cfg), GS_ERR_INVALID_ARGUMENT, "struct_size"));
-  EXPECT_TRUE(failsWith(gs_comm_init_rank_version(&comm, 1, &id, 0, nullptr, 990000), GS_ERR_UNSUPPORTED,
-                        "API"));
+  EXPECT_TRUE(
+      failsWith(gs_comm_init_rank(&comm, 1, &id, 0, &cfg), GS_ERR_INVALID_ARGUMENT, "struct_size"));
+  EXPECT_TRUE(failsWith(gs_comm_init_rank_version(&comm, 1, &id, 0, nullptr, 990000),
+                        GS_ERR_UNSUPPORTED, "API"));
   EXPECT_EQ(comm, nullptr);  // outputs are written only on success
   EXPECT_EQ(gs_comm_destroy(nullptr), GS_OK);
   EXPECT_EQ(gs_request_free(nullptr), GS_OK);
@@ -74,31 +84,49 @@ TEST(CapiErrors, InitFromEnvNamesTheMissingVariable) {
   setenv("RANK", "0", 1);
   setenv("WORLD_SIZE", "1", 1);
   unsetenv("MASTER_ADDR");
-  EXPECT_TRUE(failsWith(gs_comm_init_from_env(&comm, nullptr), GS_ERR_INVALID_ARGUMENT, "MASTER_ADDR"));
+  EXPECT_TRUE(
+      failsWith(gs_comm_init_from_env(&comm, nullptr), GS_ERR_INVALID_ARGUMENT, "MASTER_ADDR"));
   setenv("MASTER_ADDR", "127.0.0.1", 1);
   setenv("MASTER_PORT", "99999", 1);
-  EXPECT_TRUE(failsWith(gs_comm_init_from_env(&comm, nullptr), GS_ERR_INVALID_ARGUMENT, "MASTER_PORT"));
+  EXPECT_TRUE(
+      failsWith(gs_comm_init_from_env(&comm, nullptr), GS_ERR_INVALID_ARGUMENT, "MASTER_PORT"));
   setenv("WORLD_SIZE", "x", 1);
-  EXPECT_TRUE(failsWith(gs_comm_init_from_env(&comm, nullptr), GS_ERR_INVALID_ARGUMENT, "WORLD_SIZE"));
-  for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) unsetenv(v);
+  EXPECT_TRUE(
+      failsWith(gs_comm_init_from_env(&comm, nullptr), GS_ERR_INVALID_ARGUMENT, "WORLD_SIZE"));
+  for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"})
+    unsetenv(v);
 }
 
 TEST(CapiErrors, CollectiveArguments) {
   RankOptions opt;
   runRanks(1, opt, [&](int, gs_comm_t comm) {
     float a[4] = {1, 2, 3, 4}, b[4];
-    EXPECT_TRUE(failsWith(gs_allreduce(a, b, 4, GS_FLOAT32, GS_SUM, nullptr, nullptr), GS_ERR_INVALID_ARGUMENT, "comm"));
-    EXPECT_TRUE(failsWith(gs_allreduce(nullptr, b, 4, GS_FLOAT32, GS_SUM, comm, nullptr), GS_ERR_INVALID_ARGUMENT, "sendbuff"));
-    EXPECT_TRUE(failsWith(gs_allreduce(a, nullptr, 4, GS_FLOAT32, GS_SUM, comm, nullptr), GS_ERR_INVALID_ARGUMENT, "recvbuff"));
-    EXPECT_TRUE(failsWith(gs_allreduce(a, b, 4, static_cast<gs_dtype_t>(42), GS_SUM, comm, nullptr), GS_ERR_INVALID_ARGUMENT, "dtype 42"));
-    EXPECT_TRUE(failsWith(gs_allreduce(a, b, 4, static_cast<gs_dtype_t>(-1), GS_SUM, comm, nullptr), GS_ERR_INVALID_ARGUMENT, "dtype -1"));
-    EXPECT_TRUE(failsWith(gs_allreduce(a, b, 4, GS_FLOAT32, static_cast<gs_redop_t>(9), comm, nullptr), GS_ERR_INVALID_ARGUMENT, "op 9"));
-    EXPECT_TRUE(failsWith(gs_allreduce(a, a + 1, 3, GS_FLOAT32, GS_SUM, comm, nullptr), GS_ERR_INVALID_ARGUMENT, "overlap"));
-    EXPECT_TRUE(failsWith(gs_allreduce(a, b, SIZE_MAX / 2, GS_FLOAT32, GS_SUM, comm, nullptr), GS_ERR_INVALID_ARGUMENT, "overflows"));
-    EXPECT_TRUE(failsWith(gs_allreduce(a, b, 4, GS_FLOAT32, GS_SUM, comm, reinterpret_cast<CUstream_st*>(0x1)), GS_ERR_UNSUPPORTED, "cuda_stream"));
-    EXPECT_TRUE(failsWith(gs_broadcast(a, b, 4, GS_FLOAT32, 1, comm, nullptr), GS_ERR_INVALID_ARGUMENT, "root 1"));
-    EXPECT_TRUE(failsWith(gs_broadcast(a, b, 4, GS_FLOAT32, -3, comm, nullptr), GS_ERR_INVALID_ARGUMENT, "root -3"));
-    EXPECT_TRUE(failsWith(gs_iallreduce(a, b, 4, GS_FLOAT32, GS_SUM, comm, nullptr, nullptr), GS_ERR_INVALID_ARGUMENT, "out_request"));
+    EXPECT_TRUE(failsWith(gs_allreduce(a, b, 4, GS_FLOAT32, GS_SUM, nullptr, nullptr),
+                          GS_ERR_INVALID_ARGUMENT, "comm"));
+    EXPECT_TRUE(failsWith(gs_allreduce(nullptr, b, 4, GS_FLOAT32, GS_SUM, comm, nullptr),
+                          GS_ERR_INVALID_ARGUMENT, "sendbuff"));
+    EXPECT_TRUE(failsWith(gs_allreduce(a, nullptr, 4, GS_FLOAT32, GS_SUM, comm, nullptr),
+                          GS_ERR_INVALID_ARGUMENT, "recvbuff"));
+    EXPECT_TRUE(failsWith(gs_allreduce(a, b, 4, static_cast<gs_dtype_t>(42), GS_SUM, comm, nullptr),
+                          GS_ERR_INVALID_ARGUMENT, "dtype 42"));
+    EXPECT_TRUE(failsWith(gs_allreduce(a, b, 4, static_cast<gs_dtype_t>(-1), GS_SUM, comm, nullptr),
+                          GS_ERR_INVALID_ARGUMENT, "dtype -1"));
+    EXPECT_TRUE(
+        failsWith(gs_allreduce(a, b, 4, GS_FLOAT32, static_cast<gs_redop_t>(9), comm, nullptr),
+                  GS_ERR_INVALID_ARGUMENT, "op 9"));
+    EXPECT_TRUE(failsWith(gs_allreduce(a, a + 1, 3, GS_FLOAT32, GS_SUM, comm, nullptr),
+                          GS_ERR_INVALID_ARGUMENT, "overlap"));
+    EXPECT_TRUE(failsWith(gs_allreduce(a, b, SIZE_MAX / 2, GS_FLOAT32, GS_SUM, comm, nullptr),
+                          GS_ERR_INVALID_ARGUMENT, "overflows"));
+    EXPECT_TRUE(failsWith(
+        gs_allreduce(a, b, 4, GS_FLOAT32, GS_SUM, comm, reinterpret_cast<CUstream_st*>(0x1)),
+        GS_ERR_UNSUPPORTED, "cuda_stream"));
+    EXPECT_TRUE(failsWith(gs_broadcast(a, b, 4, GS_FLOAT32, 1, comm, nullptr),
+                          GS_ERR_INVALID_ARGUMENT, "root 1"));
+    EXPECT_TRUE(failsWith(gs_broadcast(a, b, 4, GS_FLOAT32, -3, comm, nullptr),
+                          GS_ERR_INVALID_ARGUMENT, "root -3"));
+    EXPECT_TRUE(failsWith(gs_iallreduce(a, b, 4, GS_FLOAT32, GS_SUM, comm, nullptr, nullptr),
+                          GS_ERR_INVALID_ARGUMENT, "out_request"));
     int rank = -1;
     EXPECT_TRUE(failsWith(gs_comm_rank(comm, nullptr), GS_ERR_INVALID_ARGUMENT, "out_rank"));
     EXPECT_EQ(gs_comm_rank(comm, &rank), GS_OK);
@@ -124,9 +152,11 @@ TEST(CapiErrors, MismatchedCountsBetweenRanks) {
     std::vector<float> a(1000 + 100 * rank, 1.f), b(a.size());
     statuses[rank] = gs_allreduce(a.data(), b.data(), a.size(), GS_FLOAT32, GS_SUM, comm, nullptr);
     messages[rank] = gs_last_error();
-    if (statuses[rank] == GS_OK) ++ok;
+    if (statuses[rank] == GS_OK)
+      ++ok;
   });
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(ok.load(), 0);
   int invalid = 0;
   for (int r = 0; r < 3; ++r) {
@@ -150,7 +180,8 @@ TEST(CapiErrors, AbortFromAnotherThreadUnblocksACollective) {
       // Rank 1 never joins the collective; rank 0 blocks until its own abort.
       std::this_thread::sleep_for(std::chrono::milliseconds(800));
       gs_status_t s = gs_allreduce(&a, &b, 1, GS_FLOAT32, GS_SUM, comm, nullptr);
-      if (s == GS_ERR_REMOTE || s == GS_ERR_ABORTED) ++remote;
+      if (s == GS_ERR_REMOTE || s == GS_ERR_ABORTED)
+        ++remote;
       return;
     }
     std::thread aborter([&] {
@@ -161,7 +192,8 @@ TEST(CapiErrors, AbortFromAnotherThreadUnblocksACollective) {
     gs_status_t s = gs_allreduce(&a, &b, 1, GS_FLOAT32, GS_SUM, comm, nullptr);
     auto waited = std::chrono::steady_clock::now() - t0;
     aborter.join();
-    if (s == GS_ERR_ABORTED && waited < std::chrono::seconds(5)) ++aborted;
+    if (s == GS_ERR_ABORTED && waited < std::chrono::seconds(5))
+      ++aborted;
     EXPECT_EQ(gs_allreduce(&a, &b, 1, GS_FLOAT32, GS_SUM, comm, nullptr), GS_ERR_ABORTED);
   });
   EXPECT_EQ(aborted.load(), 1);
@@ -177,7 +209,8 @@ TEST(CapiErrors, TamperedUniqueIdIsRejected) {
   gs_unique_id_t forged = id;
   // The secret sits after the address fields; flipping bytes near the end of the used part
   // changes it (and the checksum), which parse or the handshake must reject.
-  for (int i = 40; i < 56; ++i) forged.internal[i] ^= 0x33;
+  for (int i = 40; i < 56; ++i)
+    forged.internal[i] ^= 0x33;
   gs_config_t cfg;
   gs_config_init(&cfg);
   cfg.timeout_ms = 1500;

@@ -21,7 +21,8 @@ struct RankOptions {
 };
 
 /// Creates nranks communicators on threads, runs body(rank, comm) on each, destroys them.
-inline void runRanks(int nranks, const RankOptions& opt,
+inline void runRanks(int nranks,
+                     const RankOptions& opt,
                      const std::function<void(int, gs_comm_t)>& body) {
   gs_unique_id_t id;
   ASSERT_EQ(gs_get_unique_id(&id), GS_OK) << gs_last_error();
@@ -44,8 +45,10 @@ inline void runRanks(int nranks, const RankOptions& opt,
       gs_comm_destroy(comm);
     });
   }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < nranks; ++r) EXPECT_EQ(errors[r], "") << "rank " << r << " failed to init";
+  for (auto& t : threads)
+    t.join();
+  for (int r = 0; r < nranks; ++r)
+    EXPECT_EQ(errors[r], "") << "rank " << r << " failed to init";
 }
 
 }  // namespace gs::testing
