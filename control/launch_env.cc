@@ -55,6 +55,12 @@ LaunchEnvironment readLaunchEnvironment() {
            "MASTER_PORT is not set (the port of rank 0's rendezvous)");
   out.masterAddr = addr;
   out.masterPort = parsePort(port, "MASTER_PORT");
+  // Under torchrun its own store already listens on MASTER_PORT: use the next port.
+  if (env("TORCHELASTIC_RUN_ID") != nullptr) {
+    GS_CHECK(out.masterPort < 65535, Errc::kInvalidArgument,
+             "MASTER_PORT=65535 leaves no port for gradstream's rendezvous under torchrun");
+    ++out.masterPort;
+  }
   return out;
 }
 
