@@ -55,14 +55,15 @@ struct Engine::Run {
 
   Engine& engine;
   const CollectiveArgs& args;
-  Plan plan;
-  std::vector<LinkRun> links;
+  Plan& plan;
+  std::vector<LinkRun>& links;
   size_t elementSize;
   uint32_t collectiveId;
-  std::array<Completion, 64> completions;
+  std::array<Completion, 64>& completions;  // scratch, the engine's (no per-call clearing)
 
-  Run(Engine& e, const CollectiveArgs& a, uint32_t id)
-      : engine(e), args(a), elementSize(elementSize_(a.dtype)), collectiveId(id) {}
+  Run(Engine& e, const CollectiveArgs& a, uint32_t id, Plan& p, std::vector<LinkRun>& l)
+      : engine(e), args(a), plan(p), links(l), elementSize(elementSize_(a.dtype)), collectiveId(id),
+        completions(e.completions_) {}
   static size_t elementSize_(DataType t) { return gs::elementSize(t); }
 
   [[noreturn]] void fail(Errc code, int blamedRank, const std::string& what) {
@@ -222,8 +223,11 @@ struct Engine::Run {
   }
 
   // Releases processed chunks (in order; a forwarded one once its forward left) and tells the
-  // peer with one cumulative credit message.
-  bool returnCredits(size_t li) {
+  // peer with one cumulative credit message: once half the slots are free again, or (flush)
+  // whenever this rank runs out of other work. Credits are never needed to finish the current
+  // collective once this rank has all its chunks, so a small collective ends without the extra
+  // message; the next one returns them at its first idle moment.
+  bool returnCredits(size_t li, bool flush) {
     LinkRun& lr = links[li];
     Link& link = *lr.link;
     bool progress = false;
@@ -235,7 +239,9 @@ struct Engine::Run {
       ++link.released;
       progress = true;
     }
-    if (link.released != link.creditAdvertised) {
+    const uint64_t pending = link.released - link.creditAdvertised;
+    const uint64_t batch = std::max<uint64_t>(1, link.layout().slots / 2);
+    if (pending >= batch || (flush && pending > 0)) {
       PostResult r = link.connection().postWrite(
           {}, link.peerSlots, 0, makeImm(ImmTag::kCredit, static_cast<uint32_t>(link.released)),
           workId(WorkKind::kCredit, li, 0));
@@ -318,8 +324,7 @@ struct Engine::Run {
 
   bool done() const {
     for (const LinkRun& l : links) {
-      if (l.completed < l.queues->sends.size() || l.releasedHere < l.queues->recvs.size() ||
-          l.link->creditAdvertised != l.link->released) {
+      if (l.completed < l.queues->sends.size() || l.releasedHere < l.queues->recvs.size()) {
         return false;
       }
     }
@@ -363,8 +368,11 @@ struct Engine::Run {
         progress |= pollLink(li);
       for (size_t li = 0; li < links.size(); ++li) {
         progress |= processRecvs(li);
-        progress |= returnCredits(li);
+        progress |= returnCredits(li, false);
         progress |= postSends(li);
+      }
+      if (!progress) {
+        for (size_t li = 0; li < links.size(); ++li) progress |= returnCredits(li, true);
       }
       if (done())
         return;
@@ -409,56 +417,104 @@ Engine::Engine(int rank,
 
 Engine::~Engine() = default;
 
-void Engine::run(const CollectiveArgs& args) {
-  const uint32_t id = collectiveId_++;
-  stats_ = {};
+struct Engine::Prepared {
+  CollectiveArgs key;
+  Schedule schedule;
+  std::unique_ptr<transport::MemoryRegion> sendRegion, recvRegion;
+  Plan plan;
+  std::vector<Run::LinkRun> links;
+  uint64_t lastUse = 0;
+
+  bool matches(const CollectiveArgs& a) const {
+    return a.kind == key.kind && a.send == key.send && a.recv == key.recv && a.count == key.count &&
+           a.dtype == key.dtype && a.op == key.op && a.root == key.root;
+  }
+};
+
+namespace {
+constexpr size_t kPreparedCapacity = 16;
+}  // namespace
+
+Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
+  for (auto& p : prepared_) {
+    if (p->matches(args)) {
+      p->lastUse = ++useClock_;
+      return *p;
+    }
+  }
+  auto p = std::make_unique<Prepared>();
+  p->key = args;
   const size_t esize = elementSize(args.dtype);
   // One round of messages beats the ring's two while latency, not bandwidth, dominates.
   const bool latencyBound = args.count * esize <= kLatencyBoundBytes;
-  const Schedule schedule =
-      buildSchedule(args.kind, rank_, nranks_, args.root, args.count, latencyBound);
+  p->schedule = buildSchedule(args.kind, rank_, nranks_, args.root, args.count, latencyBound);
   const auto* send = static_cast<const uint8_t*>(args.send);
   auto* recv = static_cast<uint8_t*>(args.recv);
+  if (!p->schedule.steps.empty()) {
+    // Registration is cheap for tcp and loopback (a bounds record); verbs will need its
+    // registration cache to notice memory the application freed.
+    if (p->schedule.sendCount > 0) {
+      p->sendRegion =
+          device_.registerMemory(const_cast<uint8_t*>(send), p->schedule.sendCount * esize);
+    }
+    if (p->schedule.recvCount > 0) {
+      p->recvRegion = device_.registerMemory(recv, p->schedule.recvCount * esize);
+    }
+    const size_t chunkElements =
+        std::max<size_t>(1, static_cast<size_t>(config_.chunkBytes) / esize);
+    p->plan = buildPlan({&p->schedule, send, recv, p->sendRegion.get(), p->recvRegion.get(), esize,
+                         chunkElements,
+                         std::max<size_t>(1, static_cast<size_t>(config_.slotsPerPeer) / 2)});
+    for (auto& q : p->plan.links) {
+      Link* link = q.peer >= 0 && q.peer < nranks_ ? links_[q.peer] : nullptr;
+      GS_CHECK(link != nullptr && link->connected(), Errc::kInternal,
+               "no connection to rank %d for %s", q.peer, collectiveName(args.kind));
+      Run::LinkRun lr;
+      lr.link = link;
+      lr.queues = &q;
+      lr.sendDone.assign(q.sends.size(), 0);
+      p->links.push_back(std::move(lr));
+    }
+  }
+  p->lastUse = ++useClock_;
+  if (prepared_.size() >= kPreparedCapacity) {
+    auto oldest = std::min_element(prepared_.begin(), prepared_.end(), [](const auto& a, const auto& b) {
+      return a->lastUse < b->lastUse;
+    });
+    *oldest = std::move(p);
+    return **oldest;
+  }
+  prepared_.push_back(std::move(p));
+  return *prepared_.back();
+}
 
-  for (const auto& [src, dst] : schedule.localCopies) {
+void Engine::run(const CollectiveArgs& args) {
+  const uint32_t id = collectiveId_++;
+  stats_ = {};
+  Prepared& p = prepare(args);
+  const size_t esize = elementSize(args.dtype);
+  const auto* send = static_cast<const uint8_t*>(args.send);
+  auto* recv = static_cast<uint8_t*>(args.recv);
+  for (const auto& [src, dst] : p.schedule.localCopies) {
     const uint8_t* from = (src.buffer == BufferId::kSend ? send : recv) + src.offset * esize;
     uint8_t* to =
         (dst.buffer == BufferId::kSend ? const_cast<uint8_t*>(send) : recv) + dst.offset * esize;
     if (from != to && src.count > 0)
       memmove(to, from, src.count * esize);
   }
-  if (schedule.steps.empty())
+  if (p.schedule.steps.empty())
     return;
 
-  // Registration is per call here (cheap for tcp and loopback); the verbs backend will put a
-  // cache behind registerMemory.
-  std::unique_ptr<transport::MemoryRegion> sendRegion, recvRegion;
-  if (schedule.sendCount > 0) {
-    sendRegion = device_.registerMemory(const_cast<uint8_t*>(send), schedule.sendCount * esize);
+  for (auto& lr : p.links) {
+    lr.sendBase = lr.link->sendSequence;
+    lr.recvBase = lr.link->recvSequence;
+    lr.posted = lr.completed = lr.processed = lr.releasedHere = 0;
+    std::fill(lr.sendDone.begin(), lr.sendDone.end(), 0);
+    for (RecvOp& op : lr.queues->recvs) op.processed = op.forwardDone = false;
   }
-  if (schedule.recvCount > 0)
-    recvRegion = device_.registerMemory(recv, schedule.recvCount * esize);
-
-  Run run(*this, args, id);
-  const size_t chunkElements = std::max<size_t>(1, static_cast<size_t>(config_.chunkBytes) / esize);
-  run.plan =
-      buildPlan({&schedule, send, recv, sendRegion.get(), recvRegion.get(), esize, chunkElements,
-                 std::max<size_t>(1, static_cast<size_t>(config_.slotsPerPeer) / 2)});
-  run.links.reserve(run.plan.links.size());
-  for (auto& q : run.plan.links) {
-    Link* link = q.peer >= 0 && q.peer < nranks_ ? links_[q.peer] : nullptr;
-    GS_CHECK(link != nullptr && link->connected(), Errc::kInternal,
-             "no connection to rank %d for %s", q.peer, collectiveName(args.kind));
-    Run::LinkRun lr;
-    lr.link = link;
-    lr.queues = &q;
-    lr.sendBase = link->sendSequence;
-    lr.recvBase = link->recvSequence;
-    lr.sendDone.assign(q.sends.size(), 0);
-    run.links.push_back(std::move(lr));
-  }
+  Run run(*this, args, id, p.plan, p.links);
   run.execute();
-  for (auto& lr : run.links)
+  for (auto& lr : p.links)
     lr.link->recvSequence += lr.queues->recvs.size();
 }
 

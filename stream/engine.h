@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -70,6 +71,8 @@ class Engine {
 
  private:
   struct Run;
+  struct Prepared;
+  Prepared& prepare(const CollectiveArgs& args);
   int rank_;
   int nranks_;
   transport::Device& device_;
@@ -79,6 +82,11 @@ class Engine {
   uint32_t collectiveId_ = 0;
   CollectiveStats stats_;
   bool notified_ = false;
+  // Plans and user-buffer registrations of recent calls, reused when a call repeats (training
+  // loops call with the same buffers every step). Bounded; least recently used goes first.
+  std::vector<std::unique_ptr<Prepared>> prepared_;
+  uint64_t useClock_ = 0;
+  std::array<transport::Completion, 64> completions_;
 };
 
 }  // namespace gs::stream
