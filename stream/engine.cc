@@ -46,9 +46,9 @@ constexpr size_t kLatencyBoundBytes = 64 << 10;
 // Execution state of one collective.
 struct Engine::Run {
   struct LinkRun {
-    Link* link;
-    Plan::LinkQueues* queues;
-    uint64_t sendBase, recvBase;  // link sequence numbers of the first chunk of this collective
+    Link* link = nullptr;
+    Plan::LinkQueues* queues = nullptr;
+    uint64_t sendBase = 0, recvBase = 0;  // link sequences of this collective's first chunks
     size_t posted = 0, completed = 0, processed = 0, releasedHere = 0;
     std::vector<uint8_t> sendDone;
   };
