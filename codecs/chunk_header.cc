@@ -11,6 +11,12 @@ const char* validateChunk(const ChunkHeader& h, const ChunkExpectation& e, size_
     return "unsupported chunk version";
   if (h.codec != static_cast<uint8_t>(CodecId::kRaw))
     return "unknown codec";
+  if (h.flags != 0)
+    return "unknown flags";
+  for (uint8_t b : h.reserved) {
+    if (b != 0)
+      return "reserved bytes are not zero";
+  }
   if (h.collective != e.collective)
     return "collective differs (ranks called different collectives)";
   if (h.totalCount != e.totalCount)

@@ -101,9 +101,11 @@ template <class Storage, class Conv>
 void divideLoop(void* data, size_t n, int nranks) {
   auto* d = static_cast<Storage*>(data);
   using C = typename Conv::Compute;
-  const C divisor = static_cast<C>(nranks);
+  // Integers divide in 64 bits: a narrow type cannot hold the rank count (uint8, 256 ranks).
+  using Wide = std::conditional_t<std::is_integral_v<C>, int64_t, C>;
+  const Wide divisor = static_cast<Wide>(nranks);
   for (size_t i = 0; i < n; ++i)
-    d[i] = Conv::store(static_cast<C>(Conv::load(d[i]) / divisor));
+    d[i] = Conv::store(static_cast<C>(static_cast<Wide>(Conv::load(d[i])) / divisor));
 }
 
 }  // namespace

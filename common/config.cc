@@ -3,6 +3,7 @@
 #include <strings.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 
 #include "common/error.h"
@@ -19,22 +20,20 @@ struct Entry {
 int64_t parseInt(const char* name, const std::string& text, int64_t lo, int64_t hi) {
   errno = 0;
   char* end = nullptr;
-  long long v = strtoll(text.c_str(), &end, 0);
+  // Base 10 always: a leading zero is not octal here.
+  long long v = strtoll(text.c_str(), &end, 10);
   // Accept a K/M/G suffix (binary units) for byte sizes.
   int64_t mult = 1;
   if (end && *end) {
-    if ((*end == 'k' || *end == 'K') && end[1] == '\0')
-      mult = 1 << 10;
-    else if ((*end == 'm' || *end == 'M') && end[1] == '\0')
-      mult = 1 << 20;
-    else if ((*end == 'g' || *end == 'G') && end[1] == '\0')
-      mult = int64_t{1} << 30;
-    else
-      mult = 0;
+    if ((*end == 'k' || *end == 'K') && end[1] == '\0') mult = 1 << 10;
+    else if ((*end == 'm' || *end == 'M') && end[1] == '\0') mult = 1 << 20;
+    else if ((*end == 'g' || *end == 'G') && end[1] == '\0') mult = int64_t{1} << 30;
+    else mult = 0;
   }
   GS_CHECK(errno == 0 && end != text.c_str() && mult != 0, Errc::kInvalidArgument,
            "%s='%s' is not an integer", name, text.c_str());
-  GS_CHECK(v >= lo / mult && v <= hi / mult, Errc::kInvalidArgument,
+  const bool fits = v >= INT64_MIN / mult && v <= INT64_MAX / mult;
+  GS_CHECK(fits && v * mult >= lo && v * mult <= hi, Errc::kInvalidArgument,
            "%s=%s is out of range [%lld, %lld]", name, text.c_str(), static_cast<long long>(lo),
            static_cast<long long>(hi));
   return v * mult;

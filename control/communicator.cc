@@ -9,12 +9,14 @@
 #include "common/bytes.h"
 #include "common/log.h"
 #include "control/bootstrap.h"
+#include "control/net.h"
 
 namespace gs::control {
 namespace {
 
 constexpr uint32_t kPeerInfoMagic = 0x49505347;  // "GSPI"
 constexpr uint16_t kPeerInfoVersion = 1;
+constexpr int64_t kRendezvousGraceMs = 2000;
 
 // What each rank tells every other through the rendezvous.
 struct PeerInfo {
@@ -152,7 +154,10 @@ void Communicator::connect(const UniqueId& id) {
   options.rank = rank_;
   options.nranks = nranks_;
   options.secret = id.secret;
-  options.bindAddress = bootstrap.localAddress();
+  // Listen where the other ranks can reach us: GS_SOCKET_IFNAME's address when set, else the
+  // local address that reached rank 0 (loopback when rank 0 is on loopback).
+  options.bindAddress = config_.socketIfname.empty() ? bootstrap.localAddress()
+                                                     : interfaceAddress(config_.socketIfname);
   memcpy(&options.fabricId, id.secret.data(), sizeof(options.fabricId));
   options.config = config_;
   device_ = transport::createDevice(transportName_, options);
@@ -180,7 +185,10 @@ void Communicator::connect(const UniqueId& id) {
     mine.slotKeys.emplace_back(p, links_[p]->recvSlotsKey());
   }
 
-  auto records = bootstrap.allgather(mine.serialize(), deadline);
+  // The rendezvous server owns the timeout (it names the ranks that never arrived); wait a
+  // little longer than it so its verdict, not our own deadline, is what the caller sees.
+  auto records = bootstrap.allgather(mine.serialize(),
+                                     Deadline::afterMs(config_.timeoutMs + kRendezvousGraceMs));
   GS_CHECK(records.size() == static_cast<size_t>(nranks_), Errc::kRemote,
            "rendezvous returned %zu records for %d ranks", records.size(), nranks_);
   std::vector<PeerInfo> infos(nranks_);

@@ -235,6 +235,7 @@ struct Engine::Run {
       const RecvOp& op = lr.queues->recvs[lr.releasedHere];
       if (op.forwarded && !op.forwardDone)
         break;
+      link.slotInUse[link.slotOf(lr.recvBase + lr.releasedHere)] = 0;
       ++lr.releasedHere;
       ++link.released;
       progress = true;
@@ -299,11 +300,14 @@ struct Engine::Run {
     const uint32_t payload = c.imm & kImmPayloadMask;
     switch (immTag(c.imm)) {
       case ImmTag::kData:
-        if (payload >= link.layout().slots || link.arrivedBytes[payload] != Link::kNotArrived) {
+        // A peer that ignores credits must not overwrite a slot still being reduced or
+        // forwarded.
+        if (payload >= link.layout().slots || link.slotInUse[payload]) {
           fail(Errc::kRemote, link.peer(),
                formatString("rank %d wrote into slot %u, which is not free", link.peer(), payload));
         }
         link.arrivedBytes[payload] = c.length;
+        link.slotInUse[payload] = 1;
         break;
       case ImmTag::kCredit:
         GS_LOG_TRACE("credit from rank %d: %u (had %llu)", link.peer(), payload,

@@ -90,7 +90,9 @@ Schedule buildSchedule(
 /// Symbolic check: runs the schedules of all ranks with no network, values represented as the
 /// set of (rank, element) contributions, and verifies every rank's final buffer is exactly the
 /// collective's result (each contribution once, averages finalized once, no deadlock, matching
-/// sizes between sender and receiver). Returns "" on success, else what went wrong.
+/// sizes between sender and receiver). Reductions must mark the step that completes each
+/// element (where kAvg divides) exactly once, averaging or not; `averaging` only documents the
+/// caller's op. Returns "" on success, else what went wrong.
 std::string checkSchedules(CollectiveKind kind,
                            int nranks,
                            int root,

@@ -240,7 +240,9 @@ class Checker {
   }
 
   void verify() const {
-    const int fin = averaging_ && n_ > 1 ? 1 : 0;
+    // Reductions mark the step where each element's reduction completes (where kAvg divides):
+    // exactly once per element with more than one rank, whether or not this call averages.
+    const int fin = n_ > 1 ? 1 : 0;
     for (int r = 0; r < n_; ++r) {
       const auto& recv = ranks_[r].recv;
       for (size_t i = 0; i < recv.size(); ++i) {

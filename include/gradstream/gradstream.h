@@ -57,6 +57,9 @@ typedef enum {
 
 typedef enum { GS_SUM = 0, GS_AVG = 1, GS_MIN = 2, GS_MAX = 3, GS_PROD = 4 } gs_redop_t;
 
+/** A CUDA stream (ABI-identical to cudaStream_t); declared here so C callers need no CUDA header. */
+struct CUstream_st;
+
 typedef struct gs_comm_s* gs_comm_t;
 typedef struct gs_request_s* gs_request_t;
 

@@ -84,13 +84,21 @@ void Connection::failIo(const error_code& ec) {
   }
 }
 
+void Connection::closeChannel(Channel& ch) {
+  ch.closedByPeer = true;
+  for (const auto& other : channels_) {
+    if (!other->closedByPeer) return;
+  }
+  failIo(asio::error::eof);
+}
+
 PostResult Connection::enqueue(const SendOp& op) {
   // Least-loaded socket with room; equal loads rotate so small messages spread too.
   Channel* best = nullptr;
   const size_t n = channels_.size();
   for (size_t k = 0; k < n; ++k) {
     Channel& ch = *channels_[(nextChannel_ + k) % n];
-    if (ch.ops.full()) continue;
+    if (ch.ops.full() || ch.closedByPeer) continue;
     if (!best || ch.queuedBytes < best->queuedBytes) best = &ch;
   }
   if (!best) return PostResult::kWouldBlock;
@@ -300,6 +308,10 @@ void Connection::receive(Channel& ch) {
       n = ch.socket.read_some(bufs, ec);
     }
     if (wouldBlock(ec)) return;
+    if (ec == asio::error::eof && ch.state == RecvState::kHeader && ch.headerGot == 0) {
+      closeChannel(ch);
+      return;
+    }
     if (ec) {
       failIo(ec);
       return;
@@ -317,7 +329,8 @@ void Connection::receive(Channel& ch) {
 
 void Connection::updateEvents(Channel& ch) {
   short ev = 0;
-  bool blocked = completions_.full() || (ch.state == RecvState::kWaitRecv && recvs_.empty());
+  bool blocked = completions_.full() || (ch.state == RecvState::kWaitRecv && recvs_.empty()) ||
+                 ch.closedByPeer;
   if (!blocked) ev |= POLLIN;
   if (ch.unwritten < ch.ops.size()) ev |= POLLOUT;
   ch.events.store(ev, std::memory_order_relaxed);
@@ -328,7 +341,7 @@ size_t Connection::poll(std::span<Completion> out) {
     for (auto& ch : channels_) {
       if (failed_) break;
       flush(*ch);
-      if (!failed_) receive(*ch);
+      if (!failed_ && !ch->closedByPeer) receive(*ch);
     }
   }
   size_t n = 0;

@@ -79,6 +79,7 @@ class Connection final : public transport::Connection {
     uint8_t* payloadAt = nullptr;
     size_t payloadLeft = 0;
     Completion landing{};  // reported when the payload is complete
+    bool closedByPeer = false;  // end of file seen between frames
   };
 
   PostResult enqueue(const SendOp& op);
@@ -91,6 +92,10 @@ class Connection final : public transport::Connection {
   bool startSend(Channel& ch);
   void updateEvents(Channel& ch);
   void failIo(const boost::system::error_code& ec);
+  // The peer closed this socket cleanly. Its other sockets may still hold frames it sent
+  // before (an abort notice saying which rank failed first): the connection fails only once
+  // every socket is closed.
+  void closeChannel(Channel& ch);
   void fail(Errc status, std::string message);
 
   Device& device_;

@@ -342,9 +342,9 @@ INSTANTIATE_TEST_SUITE_P(Transports,
                          CollectivesTest,
                          ::testing::Combine(::testing::Values("loopback", "tcp"),
                                             ::testing::Values(1, 2, 3, 4)),
-                         [](const ::testing::TestParamInfo<Param>& info) {
-                           return std::string(std::get<0>(info.param)) + "_" +
-                                  std::to_string(std::get<1>(info.param)) + "ranks";
+                         [](const ::testing::TestParamInfo<Param>& p) {
+                           return std::string(std::get<0>(p.param)) + "_" +
+                                  std::to_string(std::get<1>(p.param)) + "ranks";
                          });
 
 }  // namespace

@@ -77,7 +77,7 @@ void checkGrid(CollectiveKind kind) {
   for (int n = 1; n <= 64; ++n) {
     for (size_t count : gridCounts(kind, n)) {
       for (int root : rootsFor(kind, n)) {
-        // Averaging on for the reductions (see DISABLED_ReductionsWithoutAveraging for off).
+        // Averaging on for the reductions (see ReductionsWithoutAveraging for off).
         const bool averaging = isReduction(kind);
         ASSERT_EQ(checkSchedules(kind, n, root, count, averaging), "")
             << collectiveName(kind) << " N=" << n << " count=" << count << " root=" << root;
@@ -129,7 +129,7 @@ TEST(CheckSchedules, NonReductionsIgnoreTheAveragingFlag) {
 // division only for kAvg); checkSchedules(averaging=false) must therefore accept them too.
 // Library bug (reported): with averaging=false the checker still counts the schedule's
 // finalize marks and expects finalized == 0, so every reduction with N > 1 "fails".
-TEST(CheckSchedules, DISABLED_ReductionsWithoutAveraging) {
+TEST(CheckSchedules, ReductionsWithoutAveraging) {
   for (CollectiveKind kind : {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter}) {
     for (int n : {1, 2, 3, 7, 16}) {
       for (size_t count : countsFor(n)) {
