@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <shared_mutex>
 #include <unordered_map>
 
@@ -58,6 +59,24 @@ class RegionTable {
   mutable std::shared_mutex mutex_;
   std::unordered_map<uint32_t, Entry> regions_;
   uint32_t nextId_ = 1;
+};
+
+/// A region registered in a RegionTable (tcp and loopback devices): the table entry lives as
+/// long as this object. Keeps the table alive, not the device, so it may be destroyed in any
+/// order relative to peers. Deregistering a region while a peer may still write into it is the
+/// caller's error (as with RDMA); ids are never reused, so a late write is rejected, not
+/// misdirected. Thread-safe to read.
+class TableRegion final : public MemoryRegion {
+ public:
+  TableRegion(void* data, size_t size, std::shared_ptr<RegionTable> table)
+      : MemoryRegion(data, size), table_(std::move(table)), id_(table_->add(data, size)) {}
+  ~TableRegion() override { table_->remove(id_); }
+
+  RemoteKey remoteKey() const override { return RegionTable::keyFor(id_); }
+
+ private:
+  std::shared_ptr<RegionTable> table_;
+  uint32_t id_;
 };
 
 }  // namespace gs::transport
