@@ -156,6 +156,23 @@ void checkStream(struct CUstream_st* stream) {
            "cuda_stream must be NULL: this build of gradstream has no CUDA support");
 }
 
+// Reduce-scatter (the send buffer holds N blocks) and allgather (the recv buffer does): NULL
+// checks, size overflow, and overlap other than NCCL's in-place layout (block `rank`).
+void checkBlockBuffers(const gs::control::Communicator& c, const void* send, void* recv,
+                       size_t count, gs_dtype_t dtype, const char* countName, bool sendIsBlocks) {
+  const size_t n = static_cast<size_t>(c.size());
+  const size_t block = bytesOf(count, dtype, 1, countName);
+  const size_t blocks = bytesOf(count, dtype, n, countName);
+  GS_ARG(count == 0 || send != nullptr, "sendbuff is NULL");
+  GS_ARG(count == 0 || recv != nullptr, "recvbuff is NULL");
+  const size_t own = block * static_cast<size_t>(c.rank());
+  if (sendIsBlocks) {
+    checkOverlap(send, blocks, recv, block, static_cast<const uint8_t*>(recv) - own);
+  } else {
+    checkOverlap(send, block, recv, blocks, static_cast<const uint8_t*>(recv) + own);
+  }
+}
+
 gs::stream::CollectiveArgs reduceArgs(gs::stream::CollectiveKind kind,
                                       const void* send,
                                       void* recv,
@@ -336,12 +353,7 @@ gs_status_t gs_reduce_scatter(const void* sendbuff,
     auto& c = communicator(comm);
     checkTypes(dtype, op);
     checkStream(cuda_stream);
-    const size_t recvBytes = bytesOf(recvcount, dtype, 1, "recvcount");
-    const size_t sendBytes = bytesOf(recvcount, dtype, static_cast<size_t>(c.size()), "recvcount");
-    GS_ARG(recvcount == 0 || sendbuff != nullptr, "sendbuff is NULL");
-    GS_ARG(recvcount == 0 || recvbuff != nullptr, "recvbuff is NULL");
-    checkOverlap(sendbuff, sendBytes, recvbuff, recvBytes,
-                 static_cast<const uint8_t*>(recvbuff) - recvBytes * static_cast<size_t>(c.rank()));
+    checkBlockBuffers(c, sendbuff, recvbuff, recvcount, dtype, "recvcount", true);
     if (recvcount > 0) {
       c.run(reduceArgs(gs::stream::CollectiveKind::kReduceScatter, sendbuff, recvbuff, recvcount,
                        dtype, op));
@@ -359,12 +371,7 @@ gs_status_t gs_allgather(const void* sendbuff,
     auto& c = communicator(comm);
     checkTypes(dtype, GS_SUM);
     checkStream(cuda_stream);
-    const size_t sendBytes = bytesOf(sendcount, dtype, 1, "sendcount");
-    const size_t recvBytes = bytesOf(sendcount, dtype, static_cast<size_t>(c.size()), "sendcount");
-    GS_ARG(sendcount == 0 || sendbuff != nullptr, "sendbuff is NULL");
-    GS_ARG(sendcount == 0 || recvbuff != nullptr, "recvbuff is NULL");
-    checkOverlap(sendbuff, sendBytes, recvbuff, recvBytes,
-                 static_cast<const uint8_t*>(recvbuff) + sendBytes * static_cast<size_t>(c.rank()));
+    checkBlockBuffers(c, sendbuff, recvbuff, sendcount, dtype, "sendcount", false);
     if (sendcount > 0) {
       c.run(reduceArgs(gs::stream::CollectiveKind::kAllGather, sendbuff, recvbuff, sendcount, dtype,
                        GS_SUM));
