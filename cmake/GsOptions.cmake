@@ -59,5 +59,4 @@ if(NOT GS_WITH_PROMETHEUS STREQUAL "OFF")
 endif()
 gs_resolve_feature(GS_WITH_PROMETHEUS "${prometheus-cpp_FOUND}" "prometheus-cpp"
                    "prometheus-cpp-dev")
-# The exporter arrives with the monitoring issue.
-set(GS_HAVE_PROMETHEUS 0)
+# GS_HAVE_PROMETHEUS follows detection: monitoring/ builds the HTTP exporter only with it.

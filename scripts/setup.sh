@@ -12,6 +12,7 @@ packages=(
   libgloo-dev openmpi-bin libopenmpi-dev # peers measured by bench/
   libibverbs-dev ibverbs-providers rdma-core  # verbs transport (optional at build time)
   prometheus-cpp-dev        # metrics exporter (optional at build time)
+  prometheus                # real Prometheus server and promtool for tests/monitoring
 )
 
 missing=()
