@@ -122,11 +122,21 @@ gs::control::Communicator& communicator(gs_comm_t comm) {
   return *comm->comm;
 }
 
-void checkTypes(gs_dtype_t dtype, gs_redop_t op) {
-  GS_ARG(static_cast<int>(dtype) >= 0 && static_cast<int>(dtype) < gs::kNumDataTypes,
-         "dtype %d is not a gs_dtype_t", static_cast<int>(dtype));
-  GS_ARG(static_cast<int>(op) >= 0 && static_cast<int>(op) < gs::kNumReduceOps,
-         "op %d is not a gs_redop_t", static_cast<int>(op));
+// The integer a C caller passed as an enum. Read through memcpy: in C++ loading an enum object
+// whose value is outside the enumerators' range is undefined, and C callers may pass anything.
+template <class Enum>
+int enumValue(const Enum& e) {
+  static_assert(sizeof(Enum) == sizeof(int));
+  int v;
+  memcpy(&v, &e, sizeof(v));
+  return v;
+}
+
+void checkTypes(const gs_dtype_t& dtype, const gs_redop_t& op) {
+  GS_ARG(enumValue(dtype) >= 0 && enumValue(dtype) < gs::kNumDataTypes,
+         "dtype %d is not a gs_dtype_t", enumValue(dtype));
+  GS_ARG(enumValue(op) >= 0 && enumValue(op) < gs::kNumReduceOps, "op %d is not a gs_redop_t",
+         enumValue(op));
 }
 
 size_t bytesOf(size_t count, gs_dtype_t dtype, size_t times, const char* what) {
@@ -336,6 +346,7 @@ gs_status_t gs_allreduce(const void* sendbuff,
                          gs_comm_t comm,
                          struct CUstream_st* cuda_stream) {
   return guard([&] {
+    checkTypes(dtype, op);
     auto args = allreduceArgs(sendbuff, recvbuff, count, dtype, op, comm, cuda_stream);
     if (count > 0)
       communicator(comm).run(args);
@@ -415,6 +426,7 @@ gs_status_t gs_iallreduce(const void* sendbuff,
                           gs_request_t* out_request) {
   return guard([&] {
     GS_ARG(out_request != nullptr, "out_request is NULL");
+    checkTypes(dtype, op);
     auto args = allreduceArgs(sendbuff, recvbuff, count, dtype, op, comm, cuda_stream);
     auto handle = std::make_unique<gs_request_s>();
     handle->timeoutMs = communicator(comm).config().timeoutMs;
