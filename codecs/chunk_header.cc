@@ -1,5 +1,7 @@
 #include "codecs/chunk_header.h"
 
+#include "codecs/codec.h"
+
 namespace gs::codecs {
 
 const char* validateChunk(const ChunkHeader& h, const ChunkExpectation& e, size_t bytesArrived) {
@@ -9,7 +11,7 @@ const char* validateChunk(const ChunkHeader& h, const ChunkExpectation& e, size_
     return "bad magic";
   if (h.version != kChunkVersion)
     return "unsupported chunk version";
-  if (h.codec != static_cast<uint8_t>(CodecId::kRaw))
+  if (h.codec >= kNumCodecIds)
     return "unknown codec";
   if (h.flags != 0)
     return "unknown flags";
@@ -33,11 +35,21 @@ const char* validateChunk(const ChunkHeader& h, const ChunkExpectation& e, size_
     return "chunk index differs";
   if (h.elementCount != e.elementCount || h.elementOffset != e.elementOffset)
     return "element count differs between ranks (mismatched counts?)";
-  if (h.metaBytes != 0)
-    return "raw chunk carries metadata";
-  if (static_cast<uint64_t>(h.payloadBytes) !=
-      static_cast<uint64_t>(h.elementCount) * e.elementSize)
-    return "payload size does not match element count";
+  if (h.codec == static_cast<uint8_t>(CodecId::kRaw)) {
+    if (h.metaBytes != 0)
+      return "raw chunk carries metadata";
+    if (static_cast<uint64_t>(h.payloadBytes) !=
+        static_cast<uint64_t>(h.elementCount) * e.elementSize)
+      return "payload size does not match element count";
+  } else {
+    // Lossy codecs: sizes follow from the codec, the dtype and the count (codecs/codec.h); the
+    // decoder validates the metadata's content.
+    if (e.elementSize != elementSize(static_cast<DataType>(h.dtype)))
+      return "element size does not match dtype for a compressed codec";
+    if (const char* why = checkEncodedSizes(h.codec, static_cast<DataType>(h.dtype),
+                                            h.elementCount, h.metaBytes, h.payloadBytes))
+      return why;
+  }
   if (sizeof(ChunkHeader) + static_cast<uint64_t>(h.metaBytes) + h.payloadBytes != bytesArrived)
     return "chunk length does not match bytes received";
   return nullptr;

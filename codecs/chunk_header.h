@@ -56,7 +56,17 @@ static_assert(offsetof(ChunkHeader, sequence) == 16 && offsetof(ChunkHeader, ele
 inline constexpr uint32_t kChunkMagic = 0x4b435347;  // "GSCK" little-endian
 inline constexpr uint16_t kChunkVersion = 1;
 
-enum class CodecId : uint8_t { kRaw = 0 };
+/// Codec of a chunk; codecs/codec.h describes each encoding.
+enum class CodecId : uint8_t {
+  kRaw = 0,
+  kFp16 = 1,
+  kBf16 = 2,
+  kFp8E4M3 = 3,
+  kFp8E5M2 = 4,
+  kInt8 = 5,
+  kInt4 = 6,
+  kTopK = 7,
+};
 
 /// What the receiver expects of the next chunk on a link.
 struct ChunkExpectation {

@@ -1,0 +1,31 @@
+// The AVX2 + F16C build of the codec loops. Everything included before the target pragma is
+// compiled for the baseline ISA, so inline functions this file shares with the portable build
+// (whose out-of-line copies the linker may pick for either) never contain AVX2 instructions;
+// only the loops below, in their own namespace, do. Called only when the CPU has AVX2 and F16C.
+#include <immintrin.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include "codecs/block_math.h"
+#include "codecs/cpu_kernels.h"
+
+#if defined(__x86_64__)
+#define GS_CPU_AVX2 1
+#pragma GCC push_options
+#pragma GCC target("avx2,f16c")
+
+namespace gs::codecs::cpu {
+namespace avx2 {
+#include "codecs/cpu_loops.inc"
+}  // namespace avx2
+
+const Kernels kAvx2Kernels = {&avx2::encodeAny, &avx2::decodeAny, "avx2"};
+
+}  // namespace gs::codecs::cpu
+#pragma GCC pop_options
+#else
+namespace gs::codecs::cpu {
+const Kernels kAvx2Kernels = kPortableKernels;
+}  // namespace gs::codecs::cpu
+#endif
