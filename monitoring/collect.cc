@@ -58,34 +58,34 @@ std::vector<Family> Metrics::State::collect() const {
     return l;
   };
 
-  Family bytesLogical = family("gs_bytes_logical_total",
-                               "Bytes of the user's data type sent to a peer (before encoding)",
-                               T::kCounter);
-  Family bytesWire = family("gs_bytes_wire_total",
-                            "Bytes sent on the wire to a peer (encoded payload and headers)",
-                            T::kCounter);
+  Family bytesLogical =
+      family("gs_bytes_logical_total",
+             "Bytes of the user's data type sent to a peer (before encoding)", T::kCounter);
+  Family bytesWire =
+      family("gs_bytes_wire_total",
+             "Bytes sent on the wire to a peer (encoded payload and headers)", T::kCounter);
   Family chunks = family("gs_chunks_total", "Chunks sent to a peer, by codec", T::kCounter);
-  Family chunksRecv = family("gs_chunks_received_total", "Chunks received from a peer",
-                             T::kCounter);
-  Family bytesRecv = family("gs_bytes_received_total", "Wire bytes received from a peer",
-                            T::kCounter);
-  Family goodput = family("gs_link_goodput_bytes_per_second",
-                          "Logical bytes per second sent to a peer during the last collective",
-                          T::kGauge);
+  Family chunksRecv =
+      family("gs_chunks_received_total", "Chunks received from a peer", T::kCounter);
+  Family bytesRecv =
+      family("gs_bytes_received_total", "Wire bytes received from a peer", T::kCounter);
+  Family goodput =
+      family("gs_link_goodput_bytes_per_second",
+             "Logical bytes per second sent to a peer during the last collective", T::kGauge);
   Family latency = family("gs_chunk_latency_seconds",
                           "Post-to-completion latency of chunks sent to a peer", T::kHistogram);
-  Family chunkSize = family("gs_chunk_size_bytes", "Chunk size currently used towards a peer",
-                            T::kGauge);
+  Family chunkSize =
+      family("gs_chunk_size_bytes", "Chunk size currently used towards a peer", T::kGauge);
   Family rung = family("gs_codec_rung",
                        "Codec currently chosen towards a peer (0 raw, 1 fp16, 2 bf16, 3 fp8e4m3, "
                        "4 fp8e5m2, 5 int8, 6 int4, 7 topk)",
                        T::kGauge);
-  Family creditWait = family("gs_credit_wait_seconds_total",
-                             "Time spent ready to send to a peer but waiting for a credit",
-                             T::kCounter);
-  Family lastProgress = family("gs_last_progress_timestamp_seconds",
-                               "Unix time of the last chunk completed or received on a link",
-                               T::kGauge);
+  Family creditWait =
+      family("gs_credit_wait_seconds_total",
+             "Time spent ready to send to a peer but waiting for a credit", T::kCounter);
+  Family lastProgress =
+      family("gs_last_progress_timestamp_seconds",
+             "Unix time of the last chunk completed or received on a link", T::kGauge);
   {
     std::lock_guard<std::mutex> lock(mu);
     for (const auto& lc : links) {
@@ -100,12 +100,10 @@ std::vector<Family> Metrics::State::collect() const {
       }
       chunksRecv.samples.push_back(
           valueSample(pl, static_cast<double>(lc->chunksReceived.load(r))));
-      bytesRecv.samples.push_back(
-          valueSample(pl, static_cast<double>(lc->bytesReceived.load(r))));
+      bytesRecv.samples.push_back(valueSample(pl, static_cast<double>(lc->bytesReceived.load(r))));
       goodput.samples.push_back(valueSample(pl, lc->goodputBytesPerSecond.load(r)));
       latency.samples.push_back(histogramSample(pl, lc->chunkLatency, kChunkLatencyBoundsNs));
-      chunkSize.samples.push_back(
-          valueSample(pl, static_cast<double>(lc->chunkSizeBytes.load(r))));
+      chunkSize.samples.push_back(valueSample(pl, static_cast<double>(lc->chunkSizeBytes.load(r))));
       rung.samples.push_back(valueSample(pl, lc->codecRung.load(r)));
       creditWait.samples.push_back(
           valueSample(pl, static_cast<double>(lc->creditWaitNs.load(r)) * 1e-9));
@@ -114,16 +112,16 @@ std::vector<Family> Metrics::State::collect() const {
     }
   }
 
-  Family collSeconds = family("gs_collective_seconds", "Duration of collectives by kind and algorithm",
-                              T::kHistogram);
+  Family collSeconds = family("gs_collective_seconds",
+                              "Duration of collectives by kind and algorithm", T::kHistogram);
   Family collBytes = family("gs_collective_bytes_total",
                             "Bytes of the user's buffers processed by collectives", T::kCounter);
-  Family algbw = family("gs_collective_algbw_bytes_per_second",
-                        "Algorithm bandwidth (size / time) of the last collective of a kind",
-                        T::kGauge);
-  Family busbw = family("gs_collective_busbw_bytes_per_second",
-                        "Bus bandwidth (nccl-tests convention) of the last collective of a kind",
-                        T::kGauge);
+  Family algbw =
+      family("gs_collective_algbw_bytes_per_second",
+             "Algorithm bandwidth (size / time) of the last collective of a kind", T::kGauge);
+  Family busbw =
+      family("gs_collective_busbw_bytes_per_second",
+             "Bus bandwidth (nccl-tests convention) of the last collective of a kind", T::kGauge);
   for (int o = 0; o < kCollectiveOps; ++o) {
     const OpState& op = ops[o];
     const char* opName = collectiveOpName(static_cast<CollectiveOp>(o));
@@ -153,16 +151,16 @@ std::vector<Family> Metrics::State::collect() const {
                                        static_cast<double>(errors[e].load(r))));
   }
 
-  Family compErr = family("gs_compression_error",
-                          "Sampled relative error of lossy chunks by codec", T::kGauge);
+  Family compErr =
+      family("gs_compression_error", "Sampled relative error of lossy chunks by codec", T::kGauge);
   for (int c = 0; c < kMaxCodecs; ++c) {
     double v = compressionError[c].load(r);
     if (!std::isnan(v))
       compErr.samples.push_back(valueSample(with({{"codec", kCodecNames[c]}}), v));
   }
 
-  Family infoFam = family("gs_transport_info", "Transport details of a communicator (value 1)",
-                       T::kGauge);
+  Family infoFam =
+      family("gs_transport_info", "Transport details of a communicator (value 1)", T::kGauge);
   {
     std::lock_guard<std::mutex> lock(mu);
     Labels l = base;
@@ -175,9 +173,10 @@ std::vector<Family> Metrics::State::collect() const {
   ranks.samples.push_back(valueSample(base, nranks));
 
   std::vector<Family> out;
-  for (Family* f : {&bytesLogical, &bytesWire, &chunks, &chunksRecv, &bytesRecv, &goodput,
-                    &latency, &chunkSize, &rung, &creditWait, &lastProgress, &collSeconds,
-                    &collBytes, &algbw, &busbw, &inProg, &errs, &compErr, &infoFam, &ranks}) {
+  for (Family* f :
+       {&bytesLogical, &bytesWire, &chunks,     &chunksRecv,   &bytesRecv,   &goodput,   &latency,
+        &chunkSize,    &rung,      &creditWait, &lastProgress, &collSeconds, &collBytes, &algbw,
+        &busbw,        &inProg,    &errs,       &compErr,      &infoFam,     &ranks}) {
     if (!f->samples.empty())
       out.push_back(std::move(*f));
   }

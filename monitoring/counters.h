@@ -51,15 +51,15 @@ struct DurationHistogram {
 
 /// Chunk post-to-completion latency buckets: 10 us .. 1 s in half-decade steps.
 inline constexpr std::array<uint64_t, 11> kChunkLatencyBoundsNs = {
-    10'000,      31'623,      100'000,       316'228,       1'000'000,    3'162'278,
-    10'000'000,  31'622'777,  100'000'000,   316'227'766,   1'000'000'000};
+    10'000,     31'623,     100'000,     316'228,     1'000'000,    3'162'278,
+    10'000'000, 31'622'777, 100'000'000, 316'227'766, 1'000'000'000};
 using ChunkLatencyHistogram = DurationHistogram<kChunkLatencyBoundsNs.size()>;
 
 /// Collective duration buckets: 10 us .. 100 s in half-decade steps.
 inline constexpr std::array<uint64_t, 15> kCollectiveBoundsNs = {
-    10'000,          31'623,         100'000,        316'228,         1'000'000,
-    3'162'278,       10'000'000,     31'622'777,     100'000'000,     316'227'766,
-    1'000'000'000,   3'162'277'660,  10'000'000'000, 31'622'776'602, 100'000'000'000};
+    10'000,        31'623,        100'000,        316'228,        1'000'000,
+    3'162'278,     10'000'000,    31'622'777,     100'000'000,    316'227'766,
+    1'000'000'000, 3'162'277'660, 10'000'000'000, 31'622'776'602, 100'000'000'000};
 using CollectiveHistogram = DurationHistogram<kCollectiveBoundsNs.size()>;
 
 /// Counters of one link (this rank <-> one peer) of one communicator. Created by
@@ -82,13 +82,13 @@ struct alignas(64) LinkCounters {
   std::atomic<uint64_t> bytesWire{0};     // bytes posted to the transport (headers included)
   std::atomic<uint64_t> chunksSent{0};
   std::array<std::atomic<uint64_t>, kMaxCodecs> chunksByCodec{};
-  ChunkLatencyHistogram chunkLatency;      // post -> local completion of each sent chunk
+  ChunkLatencyHistogram chunkLatency;     // post -> local completion of each sent chunk
   std::atomic<uint64_t> creditWaitNs{0};  // time spent ready to send but without a credit
   // Received direction.
   std::atomic<uint64_t> chunksReceived{0};
   std::atomic<uint64_t> bytesReceived{0};  // wire bytes that arrived from the peer
   // State.
-  std::atomic<uint64_t> lastProgressUnixNs;  // last chunk completed or received (wall clock)
+  std::atomic<uint64_t> lastProgressUnixNs;        // last chunk completed or received (wall clock)
   std::atomic<double> goodputBytesPerSecond{0.0};  // logical bytes/s of the last collective
   std::atomic<uint64_t> chunkSizeBytes{0};         // chunk size currently used on this link
   std::atomic<int> codecRung{0};                   // codec id currently chosen (kCodecNames)

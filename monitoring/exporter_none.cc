@@ -5,8 +5,12 @@
 
 namespace gs::monitoring::detail {
 
-bool exporterAvailable() noexcept { return false; }
+bool exporterAvailable() noexcept {
+  return false;
+}
 
-std::shared_ptr<Exporter> acquireExporter(const MetricsAddress&) { return nullptr; }
+std::shared_ptr<Exporter> acquireExporter(const MetricsAddress&) {
+  return nullptr;
+}
 
 }  // namespace gs::monitoring::detail

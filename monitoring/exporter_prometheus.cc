@@ -195,7 +195,9 @@ std::map<std::string, std::weak_ptr<PrometheusExporter>>& registry() {
 
 }  // namespace
 
-bool exporterAvailable() noexcept { return true; }
+bool exporterAvailable() noexcept {
+  return true;
+}
 
 std::shared_ptr<Exporter> acquireExporter(const MetricsAddress& addr) {
   if (addr.port == 0)

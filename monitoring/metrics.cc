@@ -135,9 +135,8 @@ double LinkSnapshot::latencyQuantileSeconds(double q) const {
   for (size_t i = 0; i < latencyBuckets.size(); ++i) {
     seen += latencyBuckets[i];
     if (seen >= rankNeeded) {
-      return i < kChunkLatencyBoundsNs.size()
-                 ? static_cast<double>(kChunkLatencyBoundsNs[i]) * 1e-9
-                 : std::numeric_limits<double>::infinity();
+      return i < kChunkLatencyBoundsNs.size() ? static_cast<double>(kChunkLatencyBoundsNs[i]) * 1e-9
+                                              : std::numeric_limits<double>::infinity();
     }
   }
   return std::numeric_limits<double>::infinity();
@@ -255,9 +254,10 @@ Metrics::Metrics(const Config& config, int rank, int nranks, int localRank, std:
     return;
   MetricsAddress addr = parseMetricsAddress(config.metricsAddress, localRank);
   if (!detail::exporterAvailable()) {
-    GS_LOG_WARN("GS_METRICS_ADDR=%s ignored: this build has no Prometheus exporter "
-                "(configure with prometheus-cpp); in-process statistics still work",
-                config.metricsAddress.c_str());
+    GS_LOG_WARN(
+        "GS_METRICS_ADDR=%s ignored: this build has no Prometheus exporter "
+        "(configure with prometheus-cpp); in-process statistics still work",
+        config.metricsAddress.c_str());
     return;
   }
   exporter_ = std::make_unique<ExporterRegistration>();
@@ -336,7 +336,8 @@ void Metrics::recordCollective(CollectiveOp op,
   OpState& o = state_->ops[idx];
   AlgoSlot& slot = findAlgoSlot(o, algo);
   double ns = seconds > 0 ? seconds * 1e9 : 0.0;
-  slot.duration.observe(kCollectiveBoundsNs, ns >= 1.8e19 ? UINT64_MAX / 2 : static_cast<uint64_t>(ns));
+  slot.duration.observe(kCollectiveBoundsNs,
+                        ns >= 1.8e19 ? UINT64_MAX / 2 : static_cast<uint64_t>(ns));
   slot.bytes.fetch_add(bytes, std::memory_order_relaxed);
   o.lastAlgbw.store(algbw, std::memory_order_relaxed);
   o.lastBusbw.store(busbw, std::memory_order_relaxed);
@@ -376,16 +377,24 @@ void Metrics::setTransportInfo(const std::map<std::string, std::string>& info) {
   state_->info = std::move(clean);
 }
 
-Snapshot Metrics::snapshot() const { return state_->snapshot(); }
+Snapshot Metrics::snapshot() const {
+  return state_->snapshot();
+}
 
-std::vector<Family> Metrics::collect() const { return state_->collect(); }
+std::vector<Family> Metrics::collect() const {
+  return state_->collect();
+}
 
 std::string Metrics::exporterAddress() const {
   return exporter_ ? exporter_->exporter->address() : std::string();
 }
 
-int Metrics::rank() const { return state_->rank; }
+int Metrics::rank() const {
+  return state_->rank;
+}
 
-const std::string& Metrics::commLabel() const { return state_->comm; }
+const std::string& Metrics::commLabel() const {
+  return state_->comm;
+}
 
 }  // namespace gs::monitoring

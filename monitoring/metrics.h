@@ -89,7 +89,7 @@ struct Snapshot {
   uint64_t errorsTotal = 0;
   std::vector<LinkSnapshot> links;  // in addLink order
 
-  double compressionRatio() const;  // bytesLogical / bytesWire (1 when nothing was sent)
+  double compressionRatio() const;           // bytesLogical / bytesWire (1 when nothing was sent)
   const LinkSnapshot* link(int peer) const;  // nullptr when there is no link to peer
 };
 

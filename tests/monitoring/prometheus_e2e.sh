@@ -23,6 +23,7 @@ if [[ ${GS_HAVE_PROMETHEUS:-1} == 0 ]]; then
   echo "SKIP: built without prometheus-cpp (GS_WITH_PROMETHEUS), nothing to scrape"
   exit 77
 fi
+[[ -x $exe ]] || { echo "FAIL: $exe is not built"; exit 1; }
 
 tmp=$(mktemp -d)
 pids=()

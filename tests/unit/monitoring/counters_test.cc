@@ -53,12 +53,12 @@ TEST(LinkCounters, ProgressTimestampIsWallClockAndMoves) {
 
 TEST(DurationHistogram, BucketsAreInclusiveUpperBounds) {
   LinkCounters c(0);
-  c.onChunkCompleted(0);               // bucket 0 (<= 10us)
-  c.onChunkCompleted(10'000);          // bucket 0 (inclusive)
-  c.onChunkCompleted(10'001);          // bucket 1
-  c.onChunkCompleted(1'000'000);       // bucket 4 (<= 1ms)
-  c.onChunkCompleted(1'000'000'000);   // bucket 10 (<= 1s)
-  c.onChunkCompleted(5'000'000'000);   // +Inf
+  c.onChunkCompleted(0);              // bucket 0 (<= 10us)
+  c.onChunkCompleted(10'000);         // bucket 0 (inclusive)
+  c.onChunkCompleted(10'001);         // bucket 1
+  c.onChunkCompleted(1'000'000);      // bucket 4 (<= 1ms)
+  c.onChunkCompleted(1'000'000'000);  // bucket 10 (<= 1s)
+  c.onChunkCompleted(5'000'000'000);  // +Inf
   const auto& h = c.chunkLatency;
   EXPECT_EQ(h.counts[0].load(), 2u);
   EXPECT_EQ(h.counts[1].load(), 1u);

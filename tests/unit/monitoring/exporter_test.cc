@@ -76,8 +76,8 @@ TEST(Exporter, ServesMetricsWithValuesAndLabels) {
   l.addCreditWait(2'500'000'000);
   m.recordCollective(CollectiveOp::kAllReduce, "ring", 0.01, 1 << 21, 2.1e8, 2.1e8);
   m.recordError(Errc::kTimeout);
-  m.setTransportInfo({{"device", "lo"}, {"port", "0"}, {"gid_index", "-1"},
-                      {"memory_path", "host"}});
+  m.setTransportInfo(
+      {{"device", "lo"}, {"port", "0"}, {"gid_index", "-1"}, {"memory_path", "host"}});
 
   std::string resp = httpGet(port);
   ASSERT_TRUE(contains(resp, "200 OK")) << resp.substr(0, 200);
@@ -90,21 +90,22 @@ TEST(Exporter, ServesMetricsWithValuesAndLabels) {
   EXPECT_TRUE(contains(resp, "gs_chunks_total{" + base + ",peer=\"0\",codec=\"raw\"} 1"));
   EXPECT_TRUE(contains(resp, "gs_chunks_total{" + base + ",peer=\"0\",codec=\"bf16\"} 1"));
   EXPECT_TRUE(contains(resp, "gs_bytes_received_total{" + base + ",peer=\"0\"} 12345"));
-  EXPECT_TRUE(contains(resp, "gs_link_goodput_bytes_per_second{" + base + ",peer=\"0\"} 1250000000"));
+  EXPECT_TRUE(
+      contains(resp, "gs_link_goodput_bytes_per_second{" + base + ",peer=\"0\"} 1250000000"));
   EXPECT_TRUE(contains(resp, "gs_chunk_size_bytes{" + base + ",peer=\"0\"} 1048576"));
   EXPECT_TRUE(contains(resp, "gs_codec_rung{" + base + ",peer=\"0\"} 2"));
   EXPECT_TRUE(contains(resp, "gs_credit_wait_seconds_total{" + base + ",peer=\"0\"} 2.5"));
   EXPECT_TRUE(contains(resp, "# TYPE gs_chunk_latency_seconds histogram"));
   EXPECT_TRUE(contains(resp, "gs_chunk_latency_seconds_count{" + base + ",peer=\"0\"} 1"));
-  EXPECT_TRUE(contains(resp, "gs_chunk_latency_seconds_bucket{" + base +
-                                 ",peer=\"0\",le=\"0.000316228\"} 1"))
+  EXPECT_TRUE(contains(
+      resp, "gs_chunk_latency_seconds_bucket{" + base + ",peer=\"0\",le=\"0.000316228\"} 1"))
       << resp;
-  EXPECT_TRUE(contains(resp, "gs_chunk_latency_seconds_bucket{" + base +
-                                 ",peer=\"0\",le=\"0.0001\"} 0"));
-  EXPECT_TRUE(contains(resp, "gs_collective_seconds_count{" + base +
-                                 ",op=\"allreduce\",algo=\"ring\"} 1"));
-  EXPECT_TRUE(contains(resp, "gs_collective_busbw_bytes_per_second{" + base +
-                                 ",op=\"allreduce\"} 210000000"));
+  EXPECT_TRUE(
+      contains(resp, "gs_chunk_latency_seconds_bucket{" + base + ",peer=\"0\",le=\"0.0001\"} 0"));
+  EXPECT_TRUE(
+      contains(resp, "gs_collective_seconds_count{" + base + ",op=\"allreduce\",algo=\"ring\"} 1"));
+  EXPECT_TRUE(contains(
+      resp, "gs_collective_busbw_bytes_per_second{" + base + ",op=\"allreduce\"} 210000000"));
   EXPECT_TRUE(contains(resp, "gs_errors_total{" + base + ",kind=\"timeout\"} 1"));
   EXPECT_TRUE(contains(resp, "gs_last_progress_timestamp_seconds{" + base + ",peer=\"0\"} 1"));
   EXPECT_TRUE(contains(resp, "gs_transport_info{" + base +

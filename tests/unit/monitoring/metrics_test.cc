@@ -143,7 +143,8 @@ TEST(Metrics, CollectivesByOpAndAlgo) {
   EXPECT_EQ(ring->cumulative[5], 1u);
   EXPECT_EQ(ring->cumulative[6], 2u);
   EXPECT_EQ(findSample(fams, "gs_collective_seconds", {{"op", "allgather"}}), nullptr);
-  const Sample* bw = findSample(fams, "gs_collective_busbw_bytes_per_second", {{"op", "broadcast"}});
+  const Sample* bw =
+      findSample(fams, "gs_collective_busbw_bytes_per_second", {{"op", "broadcast"}});
   ASSERT_NE(bw, nullptr);
   EXPECT_DOUBLE_EQ(bw->value, 200);
 }
@@ -191,8 +192,11 @@ TEST(Metrics, CollectHasEveryFamilyWithConstantLabels) {
   l.onChunkSent(4096, 1024 + 32, 6);
   l.onChunkCompleted(50'000);
   l.setGoodput(1e9);
-  m.setTransportInfo({{"device", "mlx5_0"}, {"port", "1"}, {"gid-index", "3"},
-                      {"memory_path", "dmabuf"}, {"rank", "x"}});
+  m.setTransportInfo({{"device", "mlx5_0"},
+                      {"port", "1"},
+                      {"gid-index", "3"},
+                      {"memory_path", "dmabuf"},
+                      {"rank", "x"}});
   m.setCompressionError(6, 0.02);
   auto fams = m.collect();
   for (const char* name :
@@ -201,8 +205,8 @@ TEST(Metrics, CollectHasEveryFamilyWithConstantLabels) {
         "gs_chunk_latency_seconds", "gs_chunk_size_bytes", "gs_codec_rung",
         "gs_credit_wait_seconds_total", "gs_last_progress_timestamp_seconds",
         "gs_collective_algbw_bytes_per_second", "gs_collective_busbw_bytes_per_second",
-        "gs_collective_in_progress", "gs_errors_total", "gs_compression_error",
-        "gs_transport_info", "gs_communicator_ranks"}) {
+        "gs_collective_in_progress", "gs_errors_total", "gs_compression_error", "gs_transport_info",
+        "gs_communicator_ranks"}) {
     const Family* f = findFamily(fams, name);
     ASSERT_NE(f, nullptr) << name;
     for (const auto& s : f->samples) {
