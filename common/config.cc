@@ -59,7 +59,8 @@ const std::vector<Entry>& table() {
        [](Config& c, const std::string& v) {
          c.socketsPerPeer = parseInt("GS_TCP_SOCKETS", v, 1, 16);
        }},
-      {{"GS_CODEC", "raw", "wire codec (raw in this version)"},
+      {{"GS_CODEC", "raw", "wire codec: raw, fp16, bf16, fp8e4m3, fp8e5m2, int8, int4, topk:<fraction>; "
+         "options ,sr (stochastic rounding) ,block=N"},
        [](Config& c, const std::string& v) { c.codec = v; }},
       {{"GS_METRICS_ADDR", "", "Prometheus exporter address (reserved)"},
        [](Config& c, const std::string& v) { c.metricsAddress = v; }},
@@ -106,8 +107,7 @@ void Config::validate() const {
            "slots_per_peer %lld is out of range [2, 64]", static_cast<long long>(slotsPerPeer));
   GS_CHECK(socketsPerPeer >= 1 && socketsPerPeer <= 16, Errc::kInvalidArgument,
            "sockets_per_peer %lld is out of range [1, 16]", static_cast<long long>(socketsPerPeer));
-  GS_CHECK(codec == "raw", Errc::kInvalidArgument,
-           "codec '%s' is unknown (this version supports: raw)", codec.c_str());
+  // codec is validated where codecs are known (codecs::CodecSpec::parse, at communicator set-up).
 }
 
 const std::vector<ConfigVariable>& configVariables() {

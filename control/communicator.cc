@@ -140,7 +140,10 @@ std::unique_ptr<Communicator> Communicator::create(int nranks,
   GS_CHECK(rank >= 0 && rank < nranks, Errc::kInvalidArgument, "rank %d out of range [0, %d)", rank,
            nranks);
   config.validate();
+  const codecs::CodecSpec spec = codecs::CodecSpec::parse(config.codec);
   std::unique_ptr<Communicator> comm(new Communicator(nranks, rank, config));
+  if (spec.id != codecs::CodecId::kRaw)
+    comm->codec_ = codecs::makeCodec(spec);
   comm->connect(id);
   return comm;
 }
@@ -243,7 +246,11 @@ void Communicator::execute(const stream::CollectiveArgs& args) {
   std::lock_guard<std::mutex> lock(execMutex_);
   checkUsable();
   try {
-    engine_->run(args);
+    stream::CollectiveArgs withCodec = args;
+    // Integer buffers (and any dtype the codec cannot take) travel raw, exactly.
+    if (codec_ && codec_->supports(args.dtype))
+      withCodec.codec = codec_.get();
+    engine_->run(withCodec);
   } catch (const Error& e) {
     std::lock_guard<std::mutex> state(stateMutex_);
     if (!failure_)

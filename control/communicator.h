@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "codecs/codec.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "control/unique_id.h"
@@ -87,6 +88,7 @@ class Communicator {
   std::unique_ptr<transport::Device> device_;
   std::vector<std::unique_ptr<stream::Link>> links_;
   std::unique_ptr<stream::Engine> engine_;
+  std::unique_ptr<codecs::Codec> codec_;  // null: raw
 
   std::atomic<bool> aborted_{false};
   std::mutex execMutex_;  // one collective at a time; guards the links and engine

@@ -61,9 +61,11 @@ struct Engine::Run {
   uint32_t collectiveId;
   std::array<Completion, 64>& completions;  // scratch, the engine's (no per-call clearing)
 
+  const codecs::Codec* codec;  // null: raw
+
   Run(Engine& e, const CollectiveArgs& a, uint32_t id, Plan& p, std::vector<LinkRun>& l)
       : engine(e), args(a), plan(p), links(l), elementSize(elementSize_(a.dtype)), collectiveId(id),
-        completions(e.completions_) {}
+        completions(e.completions_), codec(a.codec) {}
   static size_t elementSize_(DataType t) { return gs::elementSize(t); }
 
   [[noreturn]] void fail(Errc code, int blamedRank, const std::string& what) {
@@ -82,6 +84,32 @@ struct Engine::Run {
     return true;
   }
 
+  void fillHeader(codecs::ChunkHeader* h, const SendOp& op, uint64_t seq, uint8_t codecId,
+                  uint32_t metaBytes, uint32_t payloadBytes) const {
+    memset(h, 0, sizeof(*h));
+    h->magic = codecs::kChunkMagic;
+    h->version = codecs::kChunkVersion;
+    h->codec = codecId;
+    h->dtype = static_cast<uint8_t>(args.dtype);
+    h->collectiveId = collectiveId;
+    h->step = op.step;
+    h->sequence = seq;
+    h->chunkIndex = op.chunkIndex;
+    h->elementCount = op.count;
+    h->metaBytes = metaBytes;
+    h->payloadBytes = payloadBytes;
+    h->elementOffset = op.elementOffset;
+    h->totalCount = args.count;
+    h->collective = static_cast<uint8_t>(args.kind);
+    h->reduceOp = static_cast<uint8_t>(args.op);
+  }
+
+  // Seed of stochastic rounding: the same on every run of the same chunk, different per chunk.
+  uint64_t seedOf(const SendOp& op) const {
+    return (static_cast<uint64_t>(collectiveId) << 40) ^ (static_cast<uint64_t>(engine.rank_) << 24) ^
+           (static_cast<uint64_t>(op.step) << 32) ^ op.chunkIndex;
+  }
+
   bool postSends(size_t li) {
     LinkRun& lr = links[li];
     Link& link = *lr.link;
@@ -94,36 +122,38 @@ struct Engine::Run {
       const size_t slot = link.slotOf(seq);
       if (link.headerBusy[slot])
         break;
-      auto* h = reinterpret_cast<codecs::ChunkHeader*>(link.headerStaging(slot));
-      memset(h, 0, sizeof(*h));
-      h->magic = codecs::kChunkMagic;
-      h->version = codecs::kChunkVersion;
-      h->codec = static_cast<uint8_t>(codecs::CodecId::kRaw);
-      h->dtype = static_cast<uint8_t>(args.dtype);
-      h->collectiveId = collectiveId;
-      h->step = op.step;
-      h->sequence = seq;
-      h->chunkIndex = op.chunkIndex;
-      h->elementCount = op.count;
-      h->payloadBytes = static_cast<uint32_t>(op.count * elementSize);
-      h->elementOffset = op.elementOffset;
-      h->totalCount = args.count;
-      h->collective = static_cast<uint8_t>(args.kind);
-      h->reduceOp = static_cast<uint8_t>(args.op);
-
       transport::LocalSegment segs[2];
-      segs[0] = {&link.headerRegion(), slot * 64, sizeof(codecs::ChunkHeader)};
       size_t nsegs = 1;
-      if (op.count > 0) {
+      uint32_t wireBytes = 0;
+      const bool encode = op.forwardLink < 0 && codec != nullptr && op.count > 0;
+      if (encode) {
+        // Header, metadata and payload contiguous in this slot's staging: one segment.
+        uint8_t* out = link.encodeStaging(slot);
+        const codecs::EncodedSize size = codec->encode(args.dtype, op.source, op.count,
+                                                       out + sizeof(codecs::ChunkHeader), seedOf(op));
+        fillHeader(reinterpret_cast<codecs::ChunkHeader*>(out), op, seq,
+                   static_cast<uint8_t>(codec->id()), size.metaBytes, size.payloadBytes);
+        wireBytes = size.metaBytes + size.payloadBytes;
+        segs[0] = {&link.encodeRegion(), slot * link.layout().slotBytes(),
+                   sizeof(codecs::ChunkHeader) + wireBytes};
+      } else {
+        auto* h = reinterpret_cast<codecs::ChunkHeader*>(link.headerStaging(slot));
+        segs[0] = {&link.headerRegion(), slot * 64, sizeof(codecs::ChunkHeader)};
         if (op.forwardLink >= 0) {
+          // Exactly the bytes that arrived (or were re-encoded) in the receive slot.
           LinkRun& from = links[op.forwardLink];
+          const RecvOp& src = from.queues->recvs[op.forwardIndex];
+          fillHeader(h, op, seq, src.slotCodec, src.slotMetaBytes, src.slotPayloadBytes);
+          wireBytes = src.slotMetaBytes + src.slotPayloadBytes;
           const size_t fslot = from.link->slotOf(from.recvBase + op.forwardIndex);
-          segs[1] = {&from.link->recvSlotsRegion(), fslot * from.link->layout().slotBytes() + 64,
-                     h->payloadBytes};
+          segs[1] = {&from.link->recvSlotsRegion(),
+                     fslot * from.link->layout().slotBytes() + sizeof(codecs::ChunkHeader), wireBytes};
         } else {
-          segs[1] = {op.region, op.regionOffset, h->payloadBytes};
+          wireBytes = static_cast<uint32_t>(op.count * elementSize);
+          fillHeader(h, op, seq, static_cast<uint8_t>(codecs::CodecId::kRaw), 0, wireBytes);
+          segs[1] = {op.region, op.regionOffset, wireBytes};
         }
-        nsegs = 2;
+        nsegs = wireBytes > 0 ? 2 : 1;
       }
       const size_t dstOffset = slot * link.layout().slotBytes();
       PostResult r = link.connection().postWrite(
@@ -134,11 +164,21 @@ struct Engine::Run {
         break;
       if (r == PostResult::kError)
         connectionFailed(li);
+      if (encode && op.replica != nullptr) {
+        // Our own copy becomes what every other rank decodes: replicas stay bit-identical.
+        const uint8_t* enc = link.encodeStaging(slot);
+        const auto* h = reinterpret_cast<const codecs::ChunkHeader*>(enc);
+        if (const char* why = codec->decode(args.dtype, enc + sizeof(*h), h->metaBytes,
+                                            h->payloadBytes, op.count, op.replica)) {
+          fail(Errc::kInternal, engine.rank_, formatString("own chunk does not decode: %s", why));
+        }
+      }
       link.headerBusy[slot] = 1;
       ++link.sendSequence;
       ++lr.posted;
       engine.stats_.chunksSent++;
-      engine.stats_.bytesSent += sizeof(codecs::ChunkHeader) + h->payloadBytes;
+      engine.stats_.bytesSent += sizeof(codecs::ChunkHeader) + wireBytes;
+      engine.stats_.bytesLogical += op.count * elementSize;
       progress = true;
     }
     return progress;
@@ -156,6 +196,87 @@ struct Engine::Run {
       links[op.forwardLink].queues->recvs[op.forwardIndex].forwardDone = true;
     while (lr.completed < lr.posted && lr.sendDone[lr.completed])
       ++lr.completed;
+  }
+
+  // Acts on a raw chunk in its slot.
+  void applyRaw(RecvOp& op, uint8_t* payload) {
+    switch (op.action) {
+      case RecvAction::kCopy: memcpy(op.dst, payload, op.count * elementSize); break;
+      case RecvAction::kReduce:
+        codecs::reduceInPlace(args.dtype, args.op, op.dst, payload, op.count);
+        break;
+      case RecvAction::kReduceWith:
+        if (op.incomingFirst) {
+          codecs::reduceInto(args.dtype, args.op, op.dst, payload, op.operand, op.count);
+        } else {
+          codecs::reduceInto(args.dtype, args.op, op.dst, op.operand, payload, op.count);
+        }
+        break;
+      case RecvAction::kReduceToSlot:
+        if (codec == nullptr) {
+          codecs::reduceInto(args.dtype, args.op, payload, op.operand, payload, op.count);
+        } else {
+          // Compressed collective, raw chunk (a peer chose raw for it): reduce, then encode
+          // what is forwarded with our codec.
+          uint8_t* scratch = engine.scratch_.data();
+          codecs::reduceInto(args.dtype, args.op, scratch, op.operand, payload, op.count);
+          reencode(op, scratch, payload);
+        }
+        break;
+    }
+  }
+
+  // Acts on a compressed chunk: fused decode + reduce; hops decode, reduce and re-encode.
+  void applyEncoded(Link& link, RecvOp& op, const codecs::ChunkHeader& h, uint8_t* payload) {
+    const codecs::Codec& dec = engine.decoder(h.codec);
+    const char* why = nullptr;
+    switch (op.action) {
+      case RecvAction::kCopy:
+        why = dec.decode(args.dtype, payload, h.metaBytes, h.payloadBytes, op.count, op.dst);
+        break;
+      case RecvAction::kReduce:
+        why = dec.decodeReduce(args.dtype, args.op, payload, h.metaBytes, h.payloadBytes, op.count,
+                               op.dst, op.dst, false);
+        break;
+      case RecvAction::kReduceWith:
+        why = dec.decodeReduce(args.dtype, args.op, payload, h.metaBytes, h.payloadBytes, op.count,
+                               op.operand, op.dst, op.incomingFirst);
+        break;
+      case RecvAction::kReduceToSlot: {
+        uint8_t* scratch = engine.scratch_.data();
+        why = dec.decodeReduce(args.dtype, args.op, payload, h.metaBytes, h.payloadBytes, op.count,
+                               op.operand, scratch, false);
+        if (why == nullptr) {
+          if (codec == nullptr) {
+            // Raw collective receiving a compressed chunk: forward the sum raw.
+            memcpy(payload, scratch, op.count * elementSize);
+            op.slotCodec = static_cast<uint8_t>(codecs::CodecId::kRaw);
+            op.slotMetaBytes = 0;
+            op.slotPayloadBytes = static_cast<uint32_t>(op.count * elementSize);
+          } else {
+            reencode(op, scratch, payload);
+          }
+        }
+        break;
+      }
+    }
+    if (why != nullptr) {
+      fail(Errc::kRemote, link.peer(),
+           formatString("invalid %s chunk from rank %d (step %u, chunk %u): %s",
+                        codecs::codecIdName(static_cast<codecs::CodecId>(h.codec)), link.peer(),
+                        op.step, op.chunkIndex, why));
+    }
+  }
+
+  // Encodes a reduced chunk back into its slot for forwarding (the slot holds up to
+  // maxEncodedBytes after the header, see SlotLayout).
+  void reencode(RecvOp& op, const uint8_t* values, uint8_t* slotPayload) {
+    const codecs::EncodedSize size =
+        codec->encode(args.dtype, values, op.count, slotPayload,
+                      seedOf(SendOp{op.step, op.chunkIndex, op.elementOffset, op.count}));
+    op.slotCodec = static_cast<uint8_t>(codec->id());
+    op.slotMetaBytes = size.metaBytes;
+    op.slotPayloadBytes = size.payloadBytes;
   }
 
   bool processRecvs(size_t li) {
@@ -193,23 +314,14 @@ struct Engine::Run {
                           op.count));
       }
       uint8_t* payload = base + sizeof(codecs::ChunkHeader);
-      switch (op.action) {
-        case RecvAction::kCopy:
-          memcpy(op.dst, payload, op.count * elementSize);
-          break;
-        case RecvAction::kReduce:
-          codecs::reduceInPlace(args.dtype, args.op, op.dst, payload, op.count);
-          break;
-        case RecvAction::kReduceWith:
-          if (op.incomingFirst) {
-            codecs::reduceInto(args.dtype, args.op, op.dst, payload, op.operand, op.count);
-          } else {
-            codecs::reduceInto(args.dtype, args.op, op.dst, op.operand, payload, op.count);
-          }
-          break;
-        case RecvAction::kReduceToSlot:
-          codecs::reduceInto(args.dtype, args.op, payload, op.operand, payload, op.count);
-          break;
+      const uint8_t codecId = h.codec;
+      op.slotCodec = h.codec;
+      op.slotMetaBytes = h.metaBytes;
+      op.slotPayloadBytes = h.payloadBytes;
+      if (codecId == static_cast<uint8_t>(codecs::CodecId::kRaw)) {
+        applyRaw(op, payload);
+      } else {
+        applyEncoded(link, op, h, payload);
       }
       if (op.finalize)
         codecs::finalizeAverage(args.dtype, args.op, op.dst, op.count, engine.nranks_);
@@ -417,7 +529,14 @@ Engine::Engine(int rank,
       device_(device),
       links_(std::move(linksByPeer)),
       config_(config),
-      abortFlag_(abortFlag) {}
+      abortFlag_(abortFlag) {
+  for (int id = 0; id < codecs::kNumCodecIds; ++id) {
+    codecs::CodecSpec spec;
+    spec.id = static_cast<codecs::CodecId>(id);
+    decoders_[id] = codecs::makeCodec(spec);
+  }
+  scratch_.resize(static_cast<size_t>(config_.chunkBytes) + 64);
+}
 
 Engine::~Engine() = default;
 
@@ -431,7 +550,7 @@ struct Engine::Prepared {
 
   bool matches(const CollectiveArgs& a) const {
     return a.kind == key.kind && a.send == key.send && a.recv == key.recv && a.count == key.count &&
-           a.dtype == key.dtype && a.op == key.op && a.root == key.root;
+           a.dtype == key.dtype && a.op == key.op && a.root == key.root && a.codec == key.codec;
   }
 };
 
@@ -450,7 +569,9 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
   p->key = args;
   const size_t esize = elementSize(args.dtype);
   // One round of messages beats the ring's two while latency, not bandwidth, dominates.
-  const bool latencyBound = args.count * esize <= kLatencyBoundBytes;
+  // (Raw only: with a lossy codec each rank would reduce its own exact value with the peer's
+  // decoded one, and replicas would differ.)
+  const bool latencyBound = args.codec == nullptr && args.count * esize <= kLatencyBoundBytes;
   p->schedule = buildSchedule(args.kind, rank_, nranks_, args.root, args.count, latencyBound);
   const auto* send = static_cast<const uint8_t*>(args.send);
   auto* recv = static_cast<uint8_t*>(args.recv);
@@ -473,6 +594,8 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
       Link* link = q.peer >= 0 && q.peer < nranks_ ? links_[q.peer] : nullptr;
       GS_CHECK(link != nullptr && link->connected(), Errc::kInternal,
                "no connection to rank %d for %s", q.peer, collectiveName(args.kind));
+      if (args.codec != nullptr)
+        link->ensureEncodeStaging(device_);
       Run::LinkRun lr;
       lr.link = link;
       lr.queues = &q;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "codecs/codec.h"
 #include "common/config.h"
 #include "common/types.h"
 #include "stream/link.h"
@@ -24,12 +25,16 @@ struct CollectiveArgs {
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   int root = 0;
+  /// Wire codec of the chunks this rank encodes; null for raw. Must support dtype. Receivers
+  /// decode whatever codec each chunk carries.
+  const codecs::Codec* codec = nullptr;
 };
 
 /// Figures of the last collective (for tools and, later, metrics).
 struct CollectiveStats {
   uint64_t chunksSent = 0;
   uint64_t bytesSent = 0;  // payload + headers
+  uint64_t bytesLogical = 0;   // the same chunks' elements before encoding
   uint64_t chunksReceived = 0;
 };
 
@@ -87,6 +92,11 @@ class Engine {
   std::vector<std::unique_ptr<Prepared>> prepared_;
   uint64_t useClock_ = 0;
   std::array<transport::Completion, 64> completions_;
+  // Decoders by codec id (decoding depends only on the chunk's bytes) and room for one chunk of
+  // reduced values between decode and re-encode.
+  std::array<std::unique_ptr<codecs::Codec>, codecs::kNumCodecIds> decoders_;
+  std::vector<uint8_t> scratch_;
+  const codecs::Codec& decoder(uint8_t id) const { return *decoders_[id]; }
 };
 
 }  // namespace gs::stream

@@ -34,6 +34,13 @@ Link::Link(int peer, transport::Device& device, const SlotLayout& layout)
   headersMr_ = device.registerMemory(headers_.get(), layout.slots * 64);
 }
 
+void Link::ensureEncodeStaging(transport::Device& device) {
+  if (encode_) return;
+  const size_t bytes = layout_.slots * layout_.slotBytes();
+  encode_.reset(allocatePages(bytes));
+  encodeMr_ = device.registerMemory(encode_.get(), bytes);
+}
+
 void Link::attach(std::unique_ptr<transport::Connection> connection,
                   const transport::RemoteKey& slots) {
   connection_ = std::move(connection);

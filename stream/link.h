@@ -12,8 +12,9 @@ namespace gs::stream {
 struct SlotLayout {
   size_t slots = 8;  // chunks in flight per direction
   size_t chunkBytes = 1 << 20;
-  /// Bytes per slot: chunk header plus chunk, rounded up to a page.
-  size_t slotBytes() const { return (64 + chunkBytes + 4095) / 4096 * 4096; }
+  /// Bytes per slot: chunk header plus chunk plus room for a codec's metadata (at most 4 KiB,
+  /// codecs/codec.h), rounded up to a page.
+  size_t slotBytes() const { return (64 + chunkBytes + 4096 + 4095) / 4096 * 4096; }
 };
 
 /// Imm encoding of the messages of the chunk protocol (32 bits): the top 2 bits say what it is.
@@ -68,6 +69,12 @@ class Link {
   uint8_t* headerStaging(size_t index) { return headers_.get() + index * 64; }
   const transport::MemoryRegion& headerRegion() const { return *headersMr_; }
   std::vector<uint8_t> headerBusy;  // per slot: a posted write still reads its header
+  // Outgoing encoded chunks (header + metadata + payload), one slot-sized buffer per slot;
+  // allocated and registered on the first compressed collective (raw sends need none: the
+  // payload goes straight from the user's buffer).
+  void ensureEncodeStaging(transport::Device& device);
+  uint8_t* encodeStaging(size_t index) { return encode_.get() + index * layout_.slotBytes(); }
+  const transport::MemoryRegion& encodeRegion() const { return *encodeMr_; }
 
   /// Applies a credit message's 30-bit cumulative count. Credit messages may overtake each
   /// other (several sockets or QPs carry them), so an older count is ignored.
@@ -91,6 +98,8 @@ class Link {
   std::unique_ptr<uint8_t, FreeDeleter> headers_;
   std::unique_ptr<transport::MemoryRegion> recvSlotsMr_;
   std::unique_ptr<transport::MemoryRegion> headersMr_;
+  std::unique_ptr<uint8_t, FreeDeleter> encode_;
+  std::unique_ptr<transport::MemoryRegion> encodeMr_;
   std::unique_ptr<transport::Connection> connection_;
 };
 

@@ -101,6 +101,8 @@ class PlanBuilder {
       op.region = region(st.send);
       op.regionOffset =
           static_cast<size_t>(op.source - static_cast<const uint8_t*>(op.region->data()));
+      if (st.hasReplica)
+        op.replica = const_cast<uint8_t*>(address(st.replica)) + off * in_.elementSize;
       sc.sends.push_back(op);
       sc.sendAccess.push_back(accesses_.size());
       accesses_.push_back({step, sc.sendLink, true, 0, {interval(op.source, n), {}}, {}});

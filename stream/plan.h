@@ -25,7 +25,8 @@ struct SendOp {
   const uint8_t* source = nullptr;  // null when forwarding
   const transport::MemoryRegion* region = nullptr;
   size_t regionOffset = 0;
-  int32_t forwardLink = -1;  // forwards recvs[forwardIndex] of that link
+  uint8_t* replica = nullptr;  // this rank's copy of the data, see Step::replica
+  int32_t forwardLink = -1;    // forwards recvs[forwardIndex] of that link
   uint32_t forwardIndex = 0;
   uint32_t depBegin = 0, depEnd = 0;
 };
@@ -45,6 +46,10 @@ struct RecvOp {
   // Progress.
   bool processed = false;
   bool forwardDone = false;
+  // What the slot holds after processing (what a forward sends): codec and encoded sizes.
+  uint8_t slotCodec = 0;
+  uint32_t slotMetaBytes = 0;
+  uint32_t slotPayloadBytes = 0;
 };
 
 /// The chunk-level program of one collective on one rank: per link an ordered send queue and

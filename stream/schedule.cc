@@ -42,13 +42,15 @@ void appendReduceScatter(Schedule& s, SegmentFn segment, BufferRange finalDst, b
 // (or is sent from ownSource). Step k: send block (r-k), receive block (r-k-1) and keep it
 // for forwarding unless it is the last step.
 template <class SegmentFn>
-void appendAllGather(Schedule& s, SegmentFn segment, BufferRange ownSource) {
+void appendAllGather(Schedule& s, SegmentFn segment, BufferRange ownSource, BufferRange ownReplica) {
   const int r = s.rank, n = s.nranks, right = mod(r + 1, n), left = mod(r - 1, n);
   for (int k = 0; k + 1 < n; ++k) {
     Step st;
     st.sendPeer = right;
     if (k == 0) {
       st.send = ownSource;
+      st.hasReplica = true;
+      st.replica = ownReplica;
     } else {
       st.sendForwardsPrevious = true;
     }
@@ -107,7 +109,7 @@ Schedule ringAllReduce(int rank, int nranks, size_t count) {
     return s;
   }
   appendReduceScatter(s, segment, segment(BufferId::kRecv, rank), true);
-  appendAllGather(s, segment, segment(BufferId::kRecv, rank));
+  appendAllGather(s, segment, segment(BufferId::kRecv, rank), segment(BufferId::kRecv, rank));
   return s;
 }
 
@@ -158,7 +160,7 @@ Schedule ringAllGather(int rank, int nranks, size_t count) {
   BufferRange own{BufferId::kSend, 0, count};
   s.localCopies.push_back({own, block(BufferId::kRecv, rank)});
   if (nranks > 1)
-    appendAllGather(s, block, own);
+    appendAllGather(s, block, own, block(BufferId::kRecv, rank));
   return s;
 }
 
@@ -177,6 +179,8 @@ Schedule chainBroadcast(int rank, int nranks, int root, size_t count) {
       Step st;
       st.sendPeer = right;
       st.send = BufferRange{BufferId::kSend, 0, count};
+      st.hasReplica = true;
+      st.replica = all;
       s.steps.push_back(st);
     }
     return s;

@@ -36,6 +36,11 @@ struct Step {
   int sendPeer = -1;  // -1: this step sends nothing
   bool sendForwardsPrevious = false;
   BufferRange send;   // when !sendForwardsPrevious
+  // This send carries final data every rank keeps (allgather phase, broadcast root). With a
+  // lossy codec the sender overwrites its own copy, `replica`, with decode(encode(data)), so
+  // all replicas end bit-identical.
+  bool hasReplica = false;
+  BufferRange replica;
   int recvPeer = -1;  // -1: this step receives nothing
   RecvAction action = RecvAction::kCopy;
   BufferRange dst;             // kCopy, kReduce, kReduceWith

@@ -18,6 +18,7 @@ struct RankOptions {
   int64_t timeoutMs = 20000;
   int64_t chunkBytes = -1;
   int64_t slots = -1;
+  const char* codec = nullptr;
 };
 
 /// Creates nranks communicators on threads, runs body(rank, comm) on each, destroys them.
@@ -36,6 +37,7 @@ inline void runRanks(int nranks,
       cfg.timeout_ms = opt.timeoutMs;
       cfg.chunk_bytes = opt.chunkBytes;
       cfg.slots_per_peer = opt.slots;
+      cfg.codec = opt.codec;
       gs_comm_t comm = nullptr;
       if (gs_comm_init_rank(&comm, nranks, &id, r, &cfg) != GS_OK) {
         errors[r] = gs_last_error();

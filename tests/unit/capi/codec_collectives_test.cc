@@ -1,0 +1,161 @@
+// Compressed collectives: for every codec, N ranks as threads, random data. Replicas must be
+// bit-identical whatever the codec (the allgather phase forwards the owner's encoded bytes and
+// the owner keeps decode(encode(x))), and the error against an fp64 reference stays within the
+// codec's bound. Prints the measured relative L2 error (the README's table comes from here).
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gradstream/gradstream.h"
+#include "unit/capi/rank_threads.h"
+
+namespace gs::testing {
+namespace {
+
+struct CodecCase {
+  const char* codec;
+  double maxRelL2;  // bound for a 4-rank float32 sum of N(0,1) data
+};
+
+// Bounds: a few times what a single encode loses, since the ring re-encodes the partial sums at
+// each hop (N-1 times) and the result once more for the allgather.
+const CodecCase kCases[] = {
+    {"raw", 0.0},        {"fp16", 2e-3},      {"bf16", 1.5e-2},  {"fp8e4m3", 0.12},
+    {"fp8e5m2", 0.25},   {"int8", 2.5e-2},    {"int4", 0.4},     {"int4,sr", 0.6},
+    {"bf16,sr", 3e-2},   {"topk:0.25", 1.0},
+};
+
+std::vector<float> input(int rank, size_t count) {
+  std::mt19937 rng(1234 + rank);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<float> v(count);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+double relL2(const std::vector<float>& got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / den);
+}
+
+class CodecCollectives : public ::testing::TestWithParam<CodecCase> {};
+
+void runAllReduce(const CodecCase& c, int n, const char* transport, size_t count) {
+  RankOptions opt;
+  opt.transport = transport;
+  opt.chunkBytes = 64 << 10;
+  opt.codec = c.codec;
+  std::vector<std::vector<float>> out(n, std::vector<float>(count));
+  std::vector<std::string> errors(n);
+  runRanks(n, opt, [&](int rank, gs_comm_t comm) {
+    std::vector<float> in = input(rank, count);
+    if (gs_allreduce(in.data(), out[rank].data(), count, GS_FLOAT32, GS_SUM, comm, nullptr) != GS_OK)
+      errors[rank] = gs_last_error();
+  });
+  for (int r = 0; r < n; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+  for (int r = 1; r < n; ++r) {
+    ASSERT_EQ(memcmp(out[0].data(), out[r].data(), count * sizeof(float)), 0)
+        << c.codec << ": rank " << r << " differs from rank 0";
+  }
+  std::vector<double> want(count, 0.0);
+  for (int r = 0; r < n; ++r) {
+    auto in = input(r, count);
+    for (size_t i = 0; i < count; ++i) want[i] += in[i];
+  }
+  const double err = relL2(out[0], want);
+  printf("codec %-10s N=%d %-8s relative L2 error %.3g\n", c.codec, n, transport, err);
+  if (c.maxRelL2 == 0.0) {
+    // Raw: exact up to float32 summation order.
+    EXPECT_LT(err, 1e-6);
+  } else {
+    EXPECT_LT(err, c.maxRelL2) << c.codec;
+    EXPECT_GT(err, 0.0) << c.codec << " is lossy: an exact result means it did not run";
+  }
+}
+
+TEST_P(CodecCollectives, AllReduceBitIdenticalWithinBound) {
+  for (int n : {2, 3, 4, 8}) runAllReduce(GetParam(), n, "loopback", 100003);
+  runAllReduce(GetParam(), 3, "tcp", 40009);
+}
+
+TEST_P(CodecCollectives, AllGatherAndBroadcastBitIdentical) {
+  const CodecCase& c = GetParam();
+  const int n = 4;
+  const size_t count = 30011;
+  RankOptions opt;
+  opt.chunkBytes = 16 << 10;
+  opt.codec = c.codec;
+  std::vector<std::vector<float>> gathered(n, std::vector<float>(count * n)), bcast(n, std::vector<float>(count));
+  std::vector<std::string> errors(n);
+  runRanks(n, opt, [&](int rank, gs_comm_t comm) {
+    auto in = input(rank, count);
+    if (gs_allgather(in.data(), gathered[rank].data(), count, GS_FLOAT32, comm, nullptr) != GS_OK)
+      errors[rank] = gs_last_error();
+    auto root = input(100, count);
+    if (gs_broadcast(rank == 2 ? root.data() : nullptr, bcast[rank].data(), count, GS_FLOAT32, 2,
+                     comm, nullptr) != GS_OK)
+      errors[rank] = gs_last_error();
+  });
+  for (int r = 0; r < n; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+  for (int r = 1; r < n; ++r) {
+    EXPECT_EQ(memcmp(gathered[0].data(), gathered[r].data(), count * n * sizeof(float)), 0)
+        << c.codec << ": allgather rank " << r;
+    EXPECT_EQ(memcmp(bcast[0].data(), bcast[r].data(), count * sizeof(float)), 0)
+        << c.codec << ": broadcast rank " << r;
+  }
+}
+
+TEST_P(CodecCollectives, IntegersStayExactAndAverageIsFinalizedOnce) {
+  const CodecCase& c = GetParam();
+  const int n = 3;
+  RankOptions opt;
+  opt.codec = c.codec;
+  std::vector<std::string> errors(n);
+  std::vector<std::vector<float>> avg(n, std::vector<float>(1000));
+  runRanks(n, opt, [&](int rank, gs_comm_t comm) {
+    std::vector<int32_t> a(5000, rank + 1), b(5000);
+    if (gs_allreduce(a.data(), b.data(), a.size(), GS_INT32, GS_SUM, comm, nullptr) != GS_OK ||
+        b[4999] != 6 || b[0] != 6)
+      errors[rank] = std::string("int32 sum not exact: ") + gs_last_error();
+    std::vector<float> f(1000, static_cast<float>(3 * (rank + 1)));
+    if (gs_allreduce(f.data(), avg[rank].data(), f.size(), GS_FLOAT32, GS_AVG, comm, nullptr) != GS_OK)
+      errors[rank] = gs_last_error();
+  });
+  for (int r = 0; r < n; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+  // Mean of 3, 6, 9 is 6; a lossy codec may perturb it slightly, a double division would halve it.
+  EXPECT_NEAR(avg[0][500], 6.0, 6.0 * std::max(c.maxRelL2, 1e-6) * 3);
+  for (int r = 1; r < n; ++r) EXPECT_EQ(memcmp(avg[0].data(), avg[r].data(), 4000), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, CodecCollectives, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<CodecCase>& p) {
+                           std::string name = p.param.codec;
+                           for (char& ch : name) {
+                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return name;
+                         });
+
+TEST(CodecConfig, UnknownCodecIsRejectedByName) {
+  gs_unique_id_t id;
+  ASSERT_EQ(gs_get_unique_id(&id), GS_OK);
+  gs_config_t cfg;
+  gs_config_init(&cfg);
+  cfg.codec = "zstd";
+  gs_comm_t comm = nullptr;
+  EXPECT_EQ(gs_comm_init_rank(&comm, 1, &id, 0, &cfg), GS_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(gs_last_error()).find("zstd"), std::string::npos) << gs_last_error();
+}
+
+}  // namespace
+}  // namespace gs::testing
