@@ -124,6 +124,9 @@ GS_INLINE uint8_t floatToFp8(float y, uint32_t rnd) {
     q = floorf(q + srUniform(rnd));
   else
     q = rintf(q);
+  // Outside the subnormal range q is discarded below; bound it so the conversion is defined.
+  constexpr float kSubMax = static_cast<float>(1u << F::kMantissa);
+  q = q < kSubMax ? q : kSubMax;
   const uint32_t sub = static_cast<uint32_t>(static_cast<int32_t>(q));
   const uint32_t code = a < (static_cast<uint32_t>(128 - F::kBias) << 23) ? sub : n;
   return static_cast<uint8_t>(sign | code);

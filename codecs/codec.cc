@@ -103,7 +103,10 @@ class CpuCodec final : public Codec {
     const uint32_t meta = static_cast<uint32_t>(metaFor(count));
     if (isBlock(id_))
       std::memcpy(out, &block_, 4);
-    cpu::kernels().encode(fmt_, dtype, src, count, block_, out + 4, out + meta, sr_,
+    // fp16/bf16 have no metadata (and out may be null for count 0): no pointer arithmetic.
+    uint8_t* scales = isBlock(id_) ? out + 4 : out;
+    uint8_t* payload = isBlock(id_) ? out + meta : out;
+    cpu::kernels().encode(fmt_, dtype, src, count, block_, scales, payload, sr_,
                           math::srKey(seed));
     return EncodedSize{meta, static_cast<uint32_t>(payloadFor(id_, count))};
   }
@@ -150,7 +153,9 @@ class CpuCodec final : public Codec {
     }
     if (id_ == CodecId::kInt4 && (count & 1) && (in[meta + payload - 1] & 0xf0) != 0)
       return "int4 padding nibble after an odd element count is not zero";
-    cpu::kernels().decode(fmt_, dtype, reduce, op, first, in + 4, block, in + meta, count,
+    const uint8_t* scales = isBlock(id_) ? in + 4 : in;
+    const uint8_t* payloadAt = isBlock(id_) ? in + meta : in;
+    cpu::kernels().decode(fmt_, dtype, reduce, op, first, scales, block, payloadAt, count,
                           operand, dst);
     return nullptr;
   }

@@ -12,8 +12,12 @@
 
 #if defined(__x86_64__)
 #define GS_CPU_AVX2 1
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,f16c")
+#endif
 
 namespace gs::codecs::cpu {
 namespace avx2 {
@@ -23,7 +27,11 @@ namespace avx2 {
 const Kernels kAvx2Kernels = {&avx2::encodeAny, &avx2::decodeAny, "avx2"};
 
 }  // namespace gs::codecs::cpu
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 #else
 namespace gs::codecs::cpu {
 const Kernels kAvx2Kernels = kPortableKernels;

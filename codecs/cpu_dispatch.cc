@@ -1,6 +1,10 @@
 #include <atomic>
 #include <limits>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "codecs/block_math.h"
 #include "codecs/cpu_kernels.h"
 
@@ -61,7 +65,13 @@ extern const float kE5M2Table[256] = {GS_FP8_ALL(kE5M2)};
 
 bool avx2Supported() {
 #if defined(__x86_64__)
-  static const bool kHave = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  // __builtin_cpu_supports checks AVX2 together with the OS's YMM state; clang 14 does not know
+  // "f16c", so that bit is read from CPUID leaf 1 (ECX bit 29).
+  static const bool kHave = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+    return __builtin_cpu_supports("avx2") && f16c;
+  }();
   return kHave;
 #else
   return false;

@@ -278,8 +278,9 @@ TEST(Codecs, TruncatedOversizedAndHostileInputsAreRejected) {
     // 999 and 1000 elements into the same 500 bytes).
     if (id != CodecId::kTopK) {
       EXPECT_NE(dec(m, p, n + 1), nullptr) << name;
-      if (id != CodecId::kInt4)
+      if (id != CodecId::kInt4) {
         EXPECT_NE(dec(m, p, n - 1), nullptr) << name;
+      }
     }
     EXPECT_NE(dec(m, 0xffffffffu, n), nullptr) << name;
     EXPECT_NE(dec(0xfffffffcu, p, n), nullptr) << name;
@@ -514,10 +515,12 @@ TEST(BlockMath, Fp8TablesMatchTheSharedFunctionsAndRoundTrip) {
     else
       EXPECT_EQ(floatBits(b), floatBits(cpu::kE5M2Table[code])) << code;
     // Every finite code survives encode(decode(code)).
-    if (std::isfinite(a))
+    if (std::isfinite(a)) {
       EXPECT_EQ((math::floatToFp8<math::E4M3, false>(a, 0)), code) << code;
-    if (std::isfinite(b))
+    }
+    if (std::isfinite(b)) {
       EXPECT_EQ((math::floatToFp8<math::E5M2, false>(b, 0)), code) << code;
+    }
   }
   EXPECT_EQ(math::fp8ToFloat<math::E4M3>(0x7e), 448.0f);
   EXPECT_TRUE(std::isnan(math::fp8ToFloat<math::E4M3>(0x7f)));

@@ -1,0 +1,60 @@
+// libFuzzer target for validateChunk: a 64-byte header, an expectation and an arrival length from
+// the input. Whenever the header is accepted, every invariant the receiver relies on must hold,
+// and the chunk's codec must decode the bytes that follow without reading past them.
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "codecs/chunk_header.h"
+#include "codecs/codec.h"
+
+using namespace gs;
+using namespace gs::codecs;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < sizeof(ChunkHeader) + 4)
+    return 0;
+  ChunkHeader h;
+  std::memcpy(&h, data, sizeof(h));
+  const uint8_t* rest = data + sizeof(h) + 4;
+  const size_t restSize = size - sizeof(h) - 4;
+  // The expectation mirrors the header (so acceptance is reachable) except where the input says.
+  ChunkExpectation e{};
+  const uint8_t sel = data[sizeof(h)];
+  e.collectiveId = h.collectiveId ^ (sel & 1);
+  e.step = h.step;
+  e.dtype = static_cast<uint8_t>(data[sizeof(h) + 1] % kNumDataTypes);
+  e.sequence = h.sequence;
+  e.chunkIndex = h.chunkIndex;
+  e.elementCount = h.elementCount % 4097;
+  e.elementOffset = h.elementOffset;
+  e.totalCount = h.totalCount;
+  e.collective = h.collective;
+  e.reduceOp = h.reduceOp;
+  e.elementSize = elementSize(static_cast<DataType>(e.dtype)) << ((sel >> 1) & 1);
+  const size_t arrived = sizeof(ChunkHeader) + restSize + ((sel >> 2) & 1);
+  const char* why = validateChunk(h, e, arrived);
+  if (why != nullptr)
+    return 0;
+  // Accepted: the documented invariants.
+  if (h.magic != kChunkMagic || h.version != kChunkVersion || h.codec >= kNumCodecIds ||
+      h.dtype != e.dtype || h.elementCount != e.elementCount ||
+      sizeof(ChunkHeader) + uint64_t{h.metaBytes} + h.payloadBytes != arrived ||
+      uint64_t{h.metaBytes} + h.payloadBytes > uint64_t{h.elementCount} * e.elementSize + 4096)
+    std::abort();
+  // The bytes after the header, exactly sized, through the codec's decoder.
+  const size_t n = h.metaBytes + size_t{h.payloadBytes};
+  if (n > restSize)
+    std::abort();  // arrived said they are there
+  std::unique_ptr<uint8_t[]> in(new uint8_t[n ? n : 1]);
+  if (n)
+    std::memcpy(in.get(), rest, n);
+  CodecSpec spec;
+  spec.id = static_cast<CodecId>(h.codec);
+  const auto codec = makeCodec(spec);
+  const auto dt = static_cast<DataType>(h.dtype);
+  std::unique_ptr<uint8_t[]> dst(new uint8_t[h.elementCount * elementSize(dt) + 1]);
+  (void)codec->decode(dt, in.get(), h.metaBytes, h.payloadBytes, h.elementCount, dst.get());
+  return 0;
+}
