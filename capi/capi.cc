@@ -1,4 +1,6 @@
 // The C API: argument checks, then control/. Exceptions become status codes in guard() only.
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -327,6 +329,40 @@ gs_status_t gs_comm_size(gs_comm_t comm, int* out_size) {
     auto& c = communicator(comm);
     GS_ARG(out_size != nullptr, "out_size is NULL");
     *out_size = c.size();
+  });
+}
+
+gs_status_t gs_comm_stats(gs_comm_t comm, gs_comm_stats_t* out_stats) {
+  return guard([&] {
+    auto& c = communicator(comm);
+    GS_ARG(out_stats != nullptr, "out_stats is NULL");
+    GS_ARG(out_stats->struct_size >= offsetof(gs_comm_stats_t, errors),
+           "out_stats->struct_size %zu is too small (set it to sizeof(gs_comm_stats_t))",
+           out_stats->struct_size);
+    const auto st = c.stats();
+    const auto& snap = st.snapshot;
+    gs_comm_stats_t v;
+    memset(&v, 0, sizeof(v));
+    v.struct_size = std::min(out_stats->struct_size, sizeof(v));
+    v.collectives = snap.collectives;
+    v.errors = snap.errorsTotal;
+    v.bytes_logical = snap.bytesLogical;
+    v.bytes_wire = snap.bytesWire;
+    v.chunks_sent = snap.chunksSent;
+    v.chunks_received = snap.chunksReceived;
+    v.compression_ratio = snap.compressionRatio();
+    v.credit_wait_seconds = static_cast<double>(snap.creditWaitNs) * 1e-9;
+    // Latency quantiles over all links: the slowest link's bucket bound.
+    for (const auto& l : snap.links) {
+      v.chunk_latency_p50_seconds = std::max(v.chunk_latency_p50_seconds, l.latencyQuantileSeconds(0.5));
+      v.chunk_latency_p99_seconds = std::max(v.chunk_latency_p99_seconds, l.latencyQuantileSeconds(0.99));
+    }
+    v.last_seconds = st.lastSeconds;
+    v.last_algbw = st.lastAlgbw;
+    v.last_busbw = st.lastBusbw;
+    snprintf(v.metrics_address, sizeof(v.metrics_address), "%s", st.metricsAddress.c_str());
+    // Versioned copy: only what the caller's struct has room for.
+    memcpy(out_stats, &v, v.struct_size);
   });
 }
 

@@ -206,10 +206,32 @@ void Communicator::connect(const UniqueId& id) {
              "rank %d has no receive slots for rank %d", p, rank_);
     links_[p]->attach(device_->connect(p, infos[p].address, deadline), it->second);
   }
+  // Ranks on one host (same hostname) get consecutive local ranks: the metrics port offset.
+  int localRank = 0;
+  for (int r = 0; r < rank_; ++r)
+    localRank += infos[r].hostname == mine.hostname ? 1 : 0;
+  metrics_ =
+      std::make_unique<monitoring::Metrics>(config_, rank_, nranks_, localRank, transportName_);
+  std::vector<monitoring::LinkCounters*> counters(nranks_, nullptr);
+  for (int p : neighbours) {
+    counters[p] = &metrics_->addLink(p);
+    counters[p]->setChunkSize(static_cast<uint64_t>(config_.chunkBytes));
+    counters[p]->setCodecRung(codec_ ? static_cast<int>(codec_->id()) : 0);
+  }
+  metrics_->setTransportInfo({{"device", transportName_},
+                              {"port", options.bindAddress},
+                              {"gid_index", "none"},
+                              {"memory_path", "host"}});
+
   std::vector<stream::Link*> raw(nranks_, nullptr);
   for (int p = 0; p < nranks_; ++p)
     raw[p] = links_[p].get();
   engine_ = std::make_unique<stream::Engine>(rank_, nranks_, *device_, raw, config_, aborted_);
+  engine_->setLinkCounters(std::move(counters));
+  if (!metrics_->exporterAddress().empty()) {
+    GS_LOG_INFO("rank %d serves Prometheus metrics at http://%s/metrics", rank_,
+                metrics_->exporterAddress().c_str());
+  }
   GS_LOG_INFO("communicator ready: rank %d of %d, transport %s on %s, chunk %lld B x %lld slots",
               rank_, nranks_, transportName_.c_str(), options.bindAddress.c_str(),
               static_cast<long long>(config_.chunkBytes),
@@ -250,13 +272,52 @@ void Communicator::execute(const stream::CollectiveArgs& args) {
     // Integer buffers (and any dtype the codec cannot take) travel raw, exactly.
     if (codec_ && codec_->supports(args.dtype))
       withCodec.codec = codec_.get();
+    metrics_->beginCollective();
+    const auto start = Clock::now();
     engine_->run(withCodec);
+    recordCollective(args, std::chrono::duration<double>(Clock::now() - start).count());
   } catch (const Error& e) {
+    metrics_->recordError(e.code());
     std::lock_guard<std::mutex> state(stateMutex_);
     if (!failure_)
       failure_ = e;
     throw;
   }
+}
+
+// nccl-tests conventions: size is the larger buffer; busbw scales algbw by the data each link
+// must carry in an optimal algorithm.
+void Communicator::recordCollective(const stream::CollectiveArgs& args, double seconds) {
+  const double n = nranks_;
+  double bytes = static_cast<double>(args.count * elementSize(args.dtype)), factor = 1;
+  switch (args.kind) {
+    case stream::CollectiveKind::kAllReduce: factor = 2 * (n - 1) / n; break;
+    case stream::CollectiveKind::kReduceScatter:
+    case stream::CollectiveKind::kAllGather:
+      bytes *= n;
+      factor = (n - 1) / n;
+      break;
+    case stream::CollectiveKind::kBroadcast: break;
+  }
+  const double algbw = seconds > 0 ? bytes / seconds : 0;
+  metrics_->recordCollective(static_cast<monitoring::CollectiveOp>(args.kind),
+                             engine_->lastAlgorithm(), seconds, static_cast<uint64_t>(bytes), algbw,
+                             algbw * factor);
+  std::lock_guard<std::mutex> lock(stateMutex_);
+  lastSeconds_ = seconds;
+  lastAlgbw_ = algbw;
+  lastBusbw_ = algbw * factor;
+}
+
+Communicator::Stats Communicator::stats() const {
+  Stats out;
+  out.snapshot = metrics_->snapshot();
+  out.metricsAddress = metrics_->exporterAddress();
+  std::lock_guard<std::mutex> lock(stateMutex_);
+  out.lastSeconds = lastSeconds_;
+  out.lastAlgbw = lastAlgbw_;
+  out.lastBusbw = lastBusbw_;
+  return out;
 }
 
 void Communicator::run(const stream::CollectiveArgs& args) {

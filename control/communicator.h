@@ -12,6 +12,7 @@
 
 #include "codecs/codec.h"
 #include "common/config.h"
+#include "monitoring/metrics.h"
 #include "common/error.h"
 #include "control/unique_id.h"
 #include "stream/engine.h"
@@ -73,20 +74,31 @@ class Communicator {
   void abort();
   const stream::CollectiveStats& lastStats() const { return engine_->lastStats(); }
 
+  /// Figures of this rank (thread-safe; may run while a collective does).
+  struct Stats {
+    monitoring::Snapshot snapshot;
+    double lastSeconds = 0, lastAlgbw = 0, lastBusbw = 0;
+    std::string metricsAddress;
+  };
+  Stats stats() const;
+
  private:
   Communicator(int nranks, int rank, const Config& config);
   void connect(const UniqueId& id);
   void execute(const stream::CollectiveArgs& args);  // holds execMutex_
   void progressLoop();
   void checkUsable() const;
+  void recordCollective(const stream::CollectiveArgs& args, double seconds);
 
   int nranks_;
   int rank_;
   Config config_;
   std::string transportName_;
-  // Declared in acquisition order: links and engine go before the device they use.
+  // Declared in acquisition order: links and engine go before the device they use, the engine
+  // before the metrics it updates.
   std::unique_ptr<transport::Device> device_;
   std::vector<std::unique_ptr<stream::Link>> links_;
+  std::unique_ptr<monitoring::Metrics> metrics_;
   std::unique_ptr<stream::Engine> engine_;
   std::unique_ptr<codecs::Codec> codec_;  // null: raw
 
@@ -94,6 +106,7 @@ class Communicator {
   std::mutex execMutex_;  // one collective at a time; guards the links and engine
   mutable std::mutex stateMutex_;
   std::optional<Error> failure_;
+  double lastSeconds_ = 0, lastAlgbw_ = 0, lastBusbw_ = 0;  // guarded by stateMutex_
 
   std::mutex queueMutex_;
   std::condition_variable queueCv_;

@@ -32,6 +32,11 @@ constexpr size_t workIndex(transport::WorkId id) {
   return id & ((uint64_t{1} << 40) - 1);
 }
 
+uint64_t nowNs() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+}
+
 // Busy-poll this many idle rounds before blocking in the transport: small collectives finish
 // without a sleep/wake-up, long waits do not burn a core the kernel's TCP copy needs.
 constexpr int kSpinRounds = 8;
@@ -48,6 +53,9 @@ struct Engine::Run {
   struct LinkRun {
     Link* link = nullptr;
     Plan::LinkQueues* queues = nullptr;
+    monitoring::LinkCounters* counters = nullptr;  // may be null
+    uint64_t creditBlockedSinceNs = 0;             // a ready chunk waits for a credit since
+    uint64_t logicalBytesSent = 0;                 // this collective
     uint64_t sendBase = 0, recvBase = 0;  // link sequences of this collective's first chunks
     size_t posted = 0, completed = 0, processed = 0, releasedHere = 0;
     std::vector<uint8_t> sendDone;
@@ -116,8 +124,13 @@ struct Engine::Run {
     bool progress = false;
     while (lr.posted < lr.queues->sends.size()) {
       SendOp& op = lr.queues->sends[lr.posted];
-      if (!link.hasCredit() || !satisfied(op.depBegin, op.depEnd))
+      if (!satisfied(op.depBegin, op.depEnd))
         break;
+      if (!link.hasCredit()) {
+        if (lr.creditBlockedSinceNs == 0)
+          lr.creditBlockedSinceNs = nowNs();
+        break;
+      }
       const uint64_t seq = link.sendSequence;
       const size_t slot = link.slotOf(seq);
       if (link.headerBusy[slot])
@@ -176,6 +189,17 @@ struct Engine::Run {
       link.headerBusy[slot] = 1;
       ++link.sendSequence;
       ++lr.posted;
+      op.postedNs = nowNs();
+      lr.logicalBytesSent += op.count * elementSize;
+      if (lr.counters != nullptr) {
+        lr.counters->onChunkSent(op.count * elementSize, sizeof(codecs::ChunkHeader) + wireBytes,
+                                 encode ? static_cast<int>(codec->id())
+                                        : static_cast<int>(reinterpret_cast<const codecs::ChunkHeader*>(
+                                              link.headerStaging(slot))->codec));
+        if (lr.creditBlockedSinceNs != 0)
+          lr.counters->addCreditWait(op.postedNs - lr.creditBlockedSinceNs);
+      }
+      lr.creditBlockedSinceNs = 0;
       engine.stats_.chunksSent++;
       engine.stats_.bytesSent += sizeof(codecs::ChunkHeader) + wireBytes;
       engine.stats_.bytesLogical += op.count * elementSize;
@@ -192,6 +216,8 @@ struct Engine::Run {
     Link& link = *lr.link;
     link.headerBusy[link.slotOf(lr.sendBase + index)] = 0;
     const SendOp& op = lr.queues->sends[index];
+    if (lr.counters != nullptr)
+      lr.counters->onChunkCompleted(nowNs() - op.postedNs);
     if (op.forwardLink >= 0)
       links[op.forwardLink].queues->recvs[op.forwardIndex].forwardDone = true;
     while (lr.completed < lr.posted && lr.sendDone[lr.completed])
@@ -420,11 +446,15 @@ struct Engine::Run {
         }
         link.arrivedBytes[payload] = c.length;
         link.slotInUse[payload] = 1;
+        if (links[li].counters != nullptr)
+          links[li].counters->onChunkReceived(c.length);
         break;
       case ImmTag::kCredit:
         GS_LOG_TRACE("credit from rank %d: %u (had %llu)", link.peer(), payload,
                      static_cast<unsigned long long>(link.peerReleased));
         link.applyCredit(payload);
+        if (links[li].counters != nullptr)
+          links[li].counters->touch();
         break;
       case ImmTag::kBye:
         link.byeReceived = true;
@@ -547,6 +577,7 @@ struct Engine::Prepared {
   Plan plan;
   std::vector<Run::LinkRun> links;
   uint64_t lastUse = 0;
+  const char* algorithm = "ring";
 
   bool matches(const CollectiveArgs& a) const {
     return a.kind == key.kind && a.send == key.send && a.recv == key.recv && a.count == key.count &&
@@ -573,6 +604,11 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
   // decoded one, and replicas would differ.)
   const bool latencyBound = args.codec == nullptr && args.count * esize <= kLatencyBoundBytes;
   p->schedule = buildSchedule(args.kind, rank_, nranks_, args.root, args.count, latencyBound);
+  p->algorithm = args.kind == CollectiveKind::kBroadcast
+                     ? "chain"
+                     : (args.kind == CollectiveKind::kAllReduce && latencyBound && nranks_ == 2
+                            ? "exchange"
+                            : "ring");
   const auto* send = static_cast<const uint8_t*>(args.send);
   auto* recv = static_cast<uint8_t*>(args.recv);
   if (!p->schedule.steps.empty()) {
@@ -600,6 +636,8 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
       lr.link = link;
       lr.queues = &q;
       lr.sendDone.assign(q.sends.size(), 0);
+      if (static_cast<size_t>(q.peer) < counters_.size())
+        lr.counters = counters_[q.peer];
       p->links.push_back(std::move(lr));
     }
   }
@@ -619,6 +657,7 @@ void Engine::run(const CollectiveArgs& args) {
   const uint32_t id = collectiveId_++;
   stats_ = {};
   Prepared& p = prepare(args);
+  lastAlgorithm_ = p.algorithm;
   const size_t esize = elementSize(args.dtype);
   const auto* send = static_cast<const uint8_t*>(args.send);
   auto* recv = static_cast<uint8_t*>(args.recv);
@@ -636,11 +675,27 @@ void Engine::run(const CollectiveArgs& args) {
     lr.sendBase = lr.link->sendSequence;
     lr.recvBase = lr.link->recvSequence;
     lr.posted = lr.completed = lr.processed = lr.releasedHere = 0;
+    lr.creditBlockedSinceNs = lr.logicalBytesSent = 0;
     std::fill(lr.sendDone.begin(), lr.sendDone.end(), 0);
     for (RecvOp& op : lr.queues->recvs) op.processed = op.forwardDone = false;
   }
   Run run(*this, args, id, p.plan, p.links);
+  const uint64_t startNs = nowNs();
   run.execute();
+  const uint64_t endNs = nowNs();
+  constexpr uint64_t kGoodputPeriodNs = 100'000'000;
+  for (auto& lr : p.links) {
+    Link& link = *lr.link;
+    link.goodputBytes += lr.logicalBytesSent;
+    link.goodputBusyNs += endNs - startNs;
+    if (lr.counters != nullptr && endNs - link.goodputPublishedNs >= kGoodputPeriodNs &&
+        link.goodputBusyNs > 0) {
+      lr.counters->setGoodput(static_cast<double>(link.goodputBytes) * 1e9 /
+                              static_cast<double>(link.goodputBusyNs));
+      link.goodputBytes = link.goodputBusyNs = 0;
+      link.goodputPublishedNs = endNs;
+    }
+  }
   for (auto& lr : p.links)
     lr.link->recvSequence += lr.queues->recvs.size();
 }

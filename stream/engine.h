@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "codecs/codec.h"
+#include "monitoring/counters.h"
 #include "common/config.h"
 #include "common/types.h"
 #include "stream/link.h"
@@ -72,6 +73,12 @@ class Engine {
   void farewell(Deadline deadline) noexcept;
 
   const CollectiveStats& lastStats() const { return stats_; }
+  /// Schedule family of the last collective: "ring", "exchange" or "chain".
+  const char* lastAlgorithm() const { return lastAlgorithm_; }
+
+  /// Per-peer counters the data path updates (relaxed atomics; set up before the first
+  /// collective; entries may be null).
+  void setLinkCounters(std::vector<monitoring::LinkCounters*> byPeer) { counters_ = std::move(byPeer); }
   uint32_t collectivesRun() const { return collectiveId_; }
 
  private:
@@ -96,6 +103,8 @@ class Engine {
   // reduced values between decode and re-encode.
   std::array<std::unique_ptr<codecs::Codec>, codecs::kNumCodecIds> decoders_;
   std::vector<uint8_t> scratch_;
+  std::vector<monitoring::LinkCounters*> counters_;
+  const char* lastAlgorithm_ = "ring";
   const codecs::Codec& decoder(uint8_t id) const { return *decoders_[id]; }
 };
 

@@ -85,6 +85,12 @@ class Link {
   }
   bool byeReceived = false;
 
+  // Goodput accounting (bytes sent while collectives ran / that busy time), published about
+  // every 100 ms so one tiny collective does not overwrite what a large one measured.
+  uint64_t goodputBytes = 0;
+  uint64_t goodputBusyNs = 0;
+  uint64_t goodputPublishedNs = 0;
+
   bool hasCredit() const { return sendSequence - peerReleased < layout_.slots; }
 
  private:

@@ -29,6 +29,7 @@ struct SendOp {
   int32_t forwardLink = -1;    // forwards recvs[forwardIndex] of that link
   uint32_t forwardIndex = 0;
   uint32_t depBegin = 0, depEnd = 0;
+  uint64_t postedNs = 0;  // progress: when it was posted (chunk latency)
 };
 
 struct RecvOp {

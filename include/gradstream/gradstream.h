@@ -155,6 +155,32 @@ GS_API gs_status_t gs_comm_abort(gs_comm_t comm);
 GS_API gs_status_t gs_comm_destroy(gs_comm_t comm);
 
 /**
+ * Figures of this rank's communicator since it was created (the same data the Prometheus
+ * exporter serves, without HTTP). Versioned: set struct_size = sizeof(gs_comm_stats_t) before
+ * the call; fields past the caller's struct_size are not written. Thread-safe, may be called
+ * while a collective runs.
+ */
+typedef struct {
+  size_t struct_size;
+  uint64_t collectives;           /**< collectives completed on this rank */
+  uint64_t errors;                /**< collectives that failed */
+  uint64_t bytes_logical;         /**< element bytes this rank sent, before encoding */
+  uint64_t bytes_wire;            /**< bytes this rank put on the wire (headers, metadata, payload) */
+  uint64_t chunks_sent;
+  uint64_t chunks_received;
+  double compression_ratio;       /**< bytes_logical / bytes_wire */
+  double credit_wait_seconds;     /**< time ready chunks waited for a peer's receive slot */
+  double chunk_latency_p50_seconds; /**< post-to-completion, upper bound of the histogram bucket */
+  double chunk_latency_p99_seconds;
+  double last_seconds;            /**< duration of the last collective */
+  double last_algbw;              /**< its algbw and busbw in bytes/s (nccl-tests conventions) */
+  double last_busbw;
+  char metrics_address[64];       /**< "host:port" of the Prometheus exporter, "" when off */
+} gs_comm_stats_t;
+
+GS_API gs_status_t gs_comm_stats(gs_comm_t comm, gs_comm_stats_t* out_stats);
+
+/**
  * Collectives. Buffers are host memory when cuda_stream is NULL (this build has no CUDA
  * support and rejects a non-NULL stream with GS_ERR_UNSUPPORTED). Calls block until the
  * result is in recvbuff on this rank. send == recv (in place) is allowed; for reduce-scatter

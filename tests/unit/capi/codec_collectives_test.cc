@@ -3,6 +3,7 @@
 // the owner keeps decode(encode(x))), and the error against an fp64 reference stays within the
 // codec's bound. Prints the measured relative L2 error (the README's table comes from here).
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -145,6 +146,48 @@ INSTANTIATE_TEST_SUITE_P(Codecs, CodecCollectives, ::testing::ValuesIn(kCases),
                            }
                            return name;
                          });
+
+// gs_comm_stats sees what went on the wire: int8 sends about a quarter of the logical bytes.
+TEST(CommStats, CountsLogicalAndWireBytes) {
+  RankOptions opt;
+  opt.codec = "int8";
+  std::vector<gs_comm_stats_t> stats(2);
+  std::vector<gs_comm_stats_t> small(2);
+  std::vector<std::string> errors(2);
+  runRanks(2, opt, [&](int rank, gs_comm_t comm) {
+    std::vector<float> a(1 << 18, 1.f), b(a.size());
+    for (int i = 0; i < 3; ++i) {
+      if (gs_allreduce(a.data(), b.data(), a.size(), GS_FLOAT32, GS_SUM, comm, nullptr) != GS_OK)
+        errors[rank] = gs_last_error();
+    }
+    stats[rank].struct_size = sizeof(gs_comm_stats_t);
+    if (gs_comm_stats(comm, &stats[rank]) != GS_OK)
+      errors[rank] = gs_last_error();
+    // An older, smaller struct gets only its fields.
+    memset(&small[rank], 0x7f, sizeof(small[rank]));
+    small[rank].struct_size = offsetof(gs_comm_stats_t, bytes_wire);
+    if (gs_comm_stats(comm, &small[rank]) != GS_OK)
+      errors[rank] = gs_last_error();
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(errors[r], "");
+    const gs_comm_stats_t& s = stats[r];
+    EXPECT_EQ(s.collectives, 3u);
+    EXPECT_EQ(s.errors, 0u);
+    EXPECT_GT(s.chunks_sent, 0u);
+    EXPECT_GT(s.chunks_received, 0u);
+    EXPECT_EQ(s.bytes_logical, 3u * (1u << 18) * 4u) << "each rank sends its half twice per call";
+    EXPECT_GT(s.compression_ratio, 3.5);
+    EXPECT_LT(s.bytes_wire, s.bytes_logical / 3);
+    EXPECT_GT(s.last_algbw, 0.0);
+    EXPECT_GT(s.chunk_latency_p50_seconds, 0.0);
+    EXPECT_EQ(small[r].collectives, 3u);
+    EXPECT_EQ(small[r].bytes_logical, s.bytes_logical);
+    uint64_t untouched;
+    memcpy(&untouched, &small[r].bytes_wire, sizeof(untouched));
+    EXPECT_EQ(untouched, 0x7f7f7f7f7f7f7f7fULL) << "wrote past the caller's struct_size";
+  }
+}
 
 TEST(CodecConfig, UnknownCodecIsRejectedByName) {
   gs_unique_id_t id;
