@@ -177,14 +177,17 @@ struct Engine::Run {
         break;
       if (r == PostResult::kError)
         connectionFailed(li);
-      if (encode && op.replica != nullptr) {
-        // Our own copy becomes what every other rank decodes: replicas stay bit-identical.
+      if (encode && (op.replica != nullptr || args.residual != nullptr)) {
         const uint8_t* enc = link.encodeStaging(slot);
-        const auto* h = reinterpret_cast<const codecs::ChunkHeader*>(enc);
-        if (const char* why = codec->decode(args.dtype, enc + sizeof(*h), h->metaBytes,
-                                            h->payloadBytes, op.count, op.replica)) {
-          fail(Errc::kInternal, engine.rank_, formatString("own chunk does not decode: %s", why));
+        uint8_t* decoded = engine.scratch2_.data();
+        decodeOwn(reinterpret_cast<const codecs::ChunkHeader*>(enc), enc + sizeof(codecs::ChunkHeader),
+                  op.count, decoded);
+        if (args.residual != nullptr) {
+          codecs::updateResidual(args.dtype, op.source, decoded, residualAt(op.source), op.count);
         }
+        // Our own copy becomes what every other rank decodes: replicas stay bit-identical.
+        if (op.replica != nullptr)
+          memcpy(op.replica, decoded, op.count * elementSize);
       }
       link.headerBusy[slot] = 1;
       ++link.sendSequence;
@@ -303,6 +306,32 @@ struct Engine::Run {
     op.slotCodec = static_cast<uint8_t>(codec->id());
     op.slotMetaBytes = size.metaBytes;
     op.slotPayloadBytes = size.payloadBytes;
+    if (args.residual != nullptr) {
+      codecs::ChunkHeader h{};
+      h.metaBytes = size.metaBytes;
+      h.payloadBytes = size.payloadBytes;
+      uint8_t* decoded = engine.scratch2_.data();
+      decodeOwn(&h, slotPayload, op.count, decoded);
+      // The values belong to the block of op.operand (this rank's contribution to it).
+      codecs::updateResidual(args.dtype, values, decoded, residualAt(op.operand), op.count);
+    }
+  }
+
+  // Decodes a chunk this rank encoded itself (cannot fail unless the codec is broken).
+  void decodeOwn(const codecs::ChunkHeader* h, const uint8_t* encoded, uint32_t count, uint8_t* out) {
+    if (const char* why = codec->decode(args.dtype, encoded, h->metaBytes, h->payloadBytes, count, out))
+      fail(Errc::kInternal, engine.rank_, formatString("own chunk does not decode: %s", why));
+  }
+
+  // Residual element of a buffer element, by its address in the send or the recv buffer.
+  void* residualAt(const void* element) const {
+    const auto* e = static_cast<const uint8_t*>(element);
+    const auto* recv = static_cast<const uint8_t*>(args.recv);
+    const auto* base = e >= recv && e < recv + args.count * elementSize
+                           ? recv
+                           : static_cast<const uint8_t*>(args.send);
+    const size_t index = static_cast<size_t>(e - base) / elementSize;
+    return static_cast<uint8_t*>(args.residual) + index * codecs::residualElementSize(args.dtype);
   }
 
   bool processRecvs(size_t li) {
@@ -566,6 +595,7 @@ Engine::Engine(int rank,
     decoders_[id] = codecs::makeCodec(spec);
   }
   scratch_.resize(static_cast<size_t>(config_.chunkBytes) + 64);
+  scratch2_.resize(static_cast<size_t>(config_.chunkBytes) + 64);
 }
 
 Engine::~Engine() = default;

@@ -29,6 +29,11 @@ struct CollectiveArgs {
   /// Wire codec of the chunks this rank encodes; null for raw. Must support dtype. Receivers
   /// decode whatever codec each chunk carries.
   const codecs::Codec* codec = nullptr;
+  /// Error feedback (allreduce with a lossy codec): one residual element per buffer element
+  /// (codecs::residualElementSize). Every element is encoded by this rank exactly once per
+  /// ring allreduce (its step-0 block, its hop re-encodes, its own block in the allgather);
+  /// the engine stores there what that encoding lost. The caller adds it back next time.
+  void* residual = nullptr;
 };
 
 /// Figures of the last collective (for tools and, later, metrics).
@@ -103,6 +108,7 @@ class Engine {
   // reduced values between decode and re-encode.
   std::array<std::unique_ptr<codecs::Codec>, codecs::kNumCodecIds> decoders_;
   std::vector<uint8_t> scratch_;
+  std::vector<uint8_t> scratch2_;
   std::vector<monitoring::LinkCounters*> counters_;
   const char* lastAlgorithm_ = "ring";
   const codecs::Codec& decoder(uint8_t id) const { return *decoders_[id]; }

@@ -236,6 +236,42 @@ GS_API gs_status_t gs_wait(gs_request_t request, int timeout_ms);
 /** Frees a finished request. A request still running is waited for first. NULL is a no-op. */
 GS_API gs_status_t gs_request_free(gs_request_t request);
 
+/* ---- Gradient streams ---------------------------------------------------------------------
+ * A gradient buffer reduced in place (allreduce with op) bucket by bucket while the backward
+ * pass still produces it. Mark ranges final with gs_stream_ready(); every bucket whose elements
+ * are all final is reduced at once on the communicator's progress thread, so communication
+ * overlaps compute. Buckets are reduced in one fixed order (last first), so ranks may mark
+ * ranges in different orders. One thread drives a stream: begin, ready..., wait.
+ */
+typedef struct gs_stream_s* gs_stream_t;
+
+typedef struct {
+  size_t struct_size;
+  int64_t bucket_bytes; /**< reduction granularity; < 0: default 4 MiB */
+  int error_feedback;   /**< 1: keep what a lossy codec dropped per element, add it next time */
+  const char* codec;    /**< NULL: the communicator's codec (gs_config_t.codec / GS_CODEC) */
+} gs_stream_config_t;
+
+GS_API gs_status_t gs_stream_config_init(gs_stream_config_t* config);
+/** Opens a stream over buffer (count elements); config may be NULL. The buffer must stay valid
+ * until gs_stream_close. The communicator must outlive the stream. */
+GS_API gs_status_t gs_stream_open(gs_comm_t comm, void* buffer, size_t count, gs_dtype_t dtype,
+                                  gs_redop_t op, const gs_stream_config_t* config,
+                                  gs_stream_t* out_stream);
+/** Starts an iteration (the previous one must have been waited for). */
+GS_API gs_status_t gs_stream_begin(gs_stream_t stream);
+/** Elements [offset, offset + count) are final for this iteration. Each element once. */
+GS_API gs_status_t gs_stream_ready(gs_stream_t stream, size_t offset, size_t count);
+/** Waits until every bucket is reduced on this rank (timeout_ms < 0: the communicator's
+ * timeout). GS_ERR_INVALID_ARGUMENT if some range was never marked ready. */
+GS_API gs_status_t gs_stream_wait(gs_stream_t stream, int timeout_ms);
+/** Waits (bounded) for work in flight, then frees the stream. NULL is a no-op. */
+GS_API gs_status_t gs_stream_close(gs_stream_t stream);
+/** Error-feedback state, for checkpoints: its size, and a copy out / in (between iterations). */
+GS_API gs_status_t gs_stream_residual_bytes(gs_stream_t stream, size_t* out_bytes);
+GS_API gs_status_t gs_stream_save_residual(gs_stream_t stream, void* out, size_t bytes);
+GS_API gs_status_t gs_stream_load_residual(gs_stream_t stream, const void* in, size_t bytes);
+
 #ifdef __cplusplus
 }
 #endif
