@@ -426,9 +426,44 @@ struct Engine::Run {
   [[noreturn]] void connectionFailed(size_t li) {
     Link& link = *links[li].link;
     std::string why = link.connection().errorMessage();
+    // A neighbour that closed may only have been passing on another rank's failure, and the
+    // notice naming that rank may come over another link: listen briefly before blaming it.
+    int origin = -1, reporter = -1;
+    if (findAbortNotice(li, Deadline::after(std::chrono::milliseconds(200)), &origin, &reporter)) {
+      fail(Errc::kRemote, origin,
+           formatString("rank %d failed (reported by rank %d; connection to rank %d: %s)", origin,
+                        reporter, link.peer(), why.empty() ? "closed" : why.c_str()));
+    }
     fail(Errc::kRemote, link.peer(),
          formatString("connection to rank %d failed: %s", link.peer(),
                       why.empty() ? "unknown error" : why.c_str()));
+  }
+
+  // Polls the links other than `failed` for an abort notice until the deadline (the collective
+  // is failing: other completions are dropped).
+  bool findAbortNotice(size_t failed, Deadline deadline, int* origin, int* reporter) {
+    std::array<Completion, 16> sink;
+    bool any = false;
+    for (size_t li = 0; li < links.size(); ++li) any |= li != failed && links[li].link != links[failed].link;
+    if (!any)
+      return false;
+    while (!deadline.expired()) {
+      for (size_t li = 0; li < links.size(); ++li) {
+        Link& other = *links[li].link;
+        if (li == failed || &other == links[failed].link)
+          continue;
+        const size_t n = other.connection().poll(sink);
+        for (size_t k = 0; k < n; ++k) {
+          if (sink[k].kind == CompletionKind::kRemoteWrite && immTag(sink[k].imm) == ImmTag::kAbort) {
+            *origin = static_cast<int>(sink[k].imm & kImmPayloadMask);
+            *reporter = other.peer();
+            return true;
+          }
+        }
+      }
+      engine.device_.waitForActivity(std::chrono::microseconds(2000));
+    }
+    return false;
   }
 
   bool pollLink(size_t li) {
@@ -744,7 +779,7 @@ void Engine::notifyPeers(int originRank) noexcept {
       continue;
     }
     // Drive the connection until the notice has left (it may queue behind data), briefly.
-    const Deadline flushBy = Deadline::after(std::chrono::milliseconds(100));
+    const Deadline flushBy = Deadline::after(std::chrono::milliseconds(500));
     transport::Completion sink[16];
     bool sent = false;
     while (!sent && !flushBy.expired()) {
