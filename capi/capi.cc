@@ -176,8 +176,13 @@ void checkStream(struct CUstream_st* stream) {
 
 // Reduce-scatter (the send buffer holds N blocks) and allgather (the recv buffer does): NULL
 // checks, size overflow, and overlap other than NCCL's in-place layout (block `rank`).
-void checkBlockBuffers(const gs::control::Communicator& c, const void* send, void* recv,
-                       size_t count, gs_dtype_t dtype, const char* countName, bool sendIsBlocks) {
+void checkBlockBuffers(const gs::control::Communicator& c,
+                       const void* send,
+                       void* recv,
+                       size_t count,
+                       gs_dtype_t dtype,
+                       const char* countName,
+                       bool sendIsBlocks) {
   const size_t n = static_cast<size_t>(c.size());
   const size_t block = bytesOf(count, dtype, 1, countName);
   const size_t blocks = bytesOf(count, dtype, n, countName);
@@ -360,8 +365,10 @@ gs_status_t gs_comm_stats(gs_comm_t comm, gs_comm_stats_t* out_stats) {
     v.credit_wait_seconds = static_cast<double>(snap.creditWaitNs) * 1e-9;
     // Latency quantiles over all links: the slowest link's bucket bound.
     for (const auto& l : snap.links) {
-      v.chunk_latency_p50_seconds = std::max(v.chunk_latency_p50_seconds, l.latencyQuantileSeconds(0.5));
-      v.chunk_latency_p99_seconds = std::max(v.chunk_latency_p99_seconds, l.latencyQuantileSeconds(0.99));
+      v.chunk_latency_p50_seconds =
+          std::max(v.chunk_latency_p50_seconds, l.latencyQuantileSeconds(0.5));
+      v.chunk_latency_p99_seconds =
+          std::max(v.chunk_latency_p99_seconds, l.latencyQuantileSeconds(0.99));
     }
     v.last_seconds = st.lastSeconds;
     v.last_algbw = st.lastAlgbw;

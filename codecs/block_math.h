@@ -36,7 +36,8 @@ GS_INLINE uint32_t mix32(uint32_t h) {
 }
 /// Per-call key from the 64-bit seed (computed once per encode).
 GS_INLINE uint32_t srKey(uint64_t seed) {
-  return mix32(static_cast<uint32_t>(seed) ^ mix32(static_cast<uint32_t>(seed >> 32) + 0x9e3779b9u));
+  return mix32(static_cast<uint32_t>(seed) ^
+               mix32(static_cast<uint32_t>(seed >> 32) + 0x9e3779b9u));
 }
 /// 32 random bits of element `index` (the index within the chunk).
 GS_INLINE uint32_t srBits(uint32_t key, uint32_t index) {
@@ -142,7 +143,8 @@ GS_INLINE float fp8ToFloat(uint8_t c) {
   float v;
   if (e == 0) {
     // m * 2^(1 - bias - mantissa)
-    v = static_cast<float>(m) * bitsFloat(static_cast<uint32_t>(127 + 1 - F::kBias - F::kMantissa) << 23);
+    v = static_cast<float>(m) *
+        bitsFloat(static_cast<uint32_t>(127 + 1 - F::kBias - F::kMantissa) << 23);
   } else if (F::kBias == 7 && (c & 0x7fu) == 0x7fu) {
     v = bitsFloat(0x7fc00000u);
   } else if (F::kBias == 15 && e == kExpMax) {
@@ -164,8 +166,8 @@ GS_INLINE float fp8ToFloat(uint8_t c) {
 ///  - otherwise inv = qmax / absmax is finite and x * inv lies within [-qmax, qmax] up to one
 ///    rounding, which the quantizers clamp.
 struct BlockScale {
-  float scale;  // stored in the chunk metadata
-  float inv;    // multiplier applied before rounding (0 for zero or poisoned blocks)
+  float scale;    // stored in the chunk metadata
+  float inv;      // multiplier applied before rounding (0 for zero or poisoned blocks)
   bool quantize;  // false: every q of the block is 0
 };
 GS_INLINE BlockScale blockScale(uint32_t absBits, float qmax) {

@@ -46,8 +46,8 @@ const char* validateChunk(const ChunkHeader& h, const ChunkExpectation& e, size_
     // decoder validates the metadata's content.
     if (e.elementSize != elementSize(static_cast<DataType>(h.dtype)))
       return "element size does not match dtype for a compressed codec";
-    if (const char* why = checkEncodedSizes(h.codec, static_cast<DataType>(h.dtype),
-                                            h.elementCount, h.metaBytes, h.payloadBytes))
+    if (const char* why = checkEncodedSizes(h.codec, static_cast<DataType>(h.dtype), h.elementCount,
+                                            h.metaBytes, h.payloadBytes))
       return why;
   }
   if (sizeof(ChunkHeader) + static_cast<uint64_t>(h.metaBytes) + h.payloadBytes != bytesArrived)

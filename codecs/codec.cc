@@ -54,23 +54,33 @@ class RawCodec final : public Codec {
     return count * elementSize(dtype);
   }
   bool supports(DataType dtype) const override { return isValid(dtype); }
-  EncodedSize encode(DataType dtype, const void* src, size_t count, uint8_t* out,
-                     uint64_t) const override {
+  EncodedSize encode(
+      DataType dtype, const void* src, size_t count, uint8_t* out, uint64_t) const override {
     const size_t bytes = count * elementSize(dtype);
     if (bytes != 0)
       std::memcpy(out, src, bytes);
     return EncodedSize{0, static_cast<uint32_t>(bytes)};
   }
-  const char* decode(DataType dtype, const uint8_t* in, uint32_t meta, uint32_t payload,
-                     size_t count, void* dst) const override {
+  const char* decode(DataType dtype,
+                     const uint8_t* in,
+                     uint32_t meta,
+                     uint32_t payload,
+                     size_t count,
+                     void* dst) const override {
     if (const char* why = checkEncodedSizes(0, dtype, count, meta, payload))
       return why;
     if (payload != 0)
       std::memcpy(dst, in, payload);
     return nullptr;
   }
-  const char* decodeReduce(DataType dtype, ReduceOp op, const uint8_t* in, uint32_t meta,
-                           uint32_t payload, size_t count, const void* operand, void* dst,
+  const char* decodeReduce(DataType dtype,
+                           ReduceOp op,
+                           const uint8_t* in,
+                           uint32_t meta,
+                           uint32_t payload,
+                           size_t count,
+                           const void* operand,
+                           void* dst,
                            bool incomingFirst) const override {
     if (const char* why = checkEncodedSizes(0, dtype, count, meta, payload))
       return why;
@@ -96,8 +106,8 @@ class CpuCodec final : public Codec {
     return metaFor(count) + payloadFor(id_, count);
   }
 
-  EncodedSize encode(DataType dtype, const void* src, size_t count, uint8_t* out,
-                     uint64_t seed) const override {
+  EncodedSize encode(
+      DataType dtype, const void* src, size_t count, uint8_t* out, uint64_t seed) const override {
     GS_CHECK(isFloat(dtype), Errc::kInvalidArgument, "codec %s cannot encode %s (use raw)",
              codecIdName(id_), dataTypeName(dtype));
     const uint32_t meta = static_cast<uint32_t>(metaFor(count));
@@ -106,17 +116,26 @@ class CpuCodec final : public Codec {
     // fp16/bf16 have no metadata (and out may be null for count 0): no pointer arithmetic.
     uint8_t* scales = isBlock(id_) ? out + 4 : out;
     uint8_t* payload = isBlock(id_) ? out + meta : out;
-    cpu::kernels().encode(fmt_, dtype, src, count, block_, scales, payload, sr_,
-                          math::srKey(seed));
+    cpu::kernels().encode(fmt_, dtype, src, count, block_, scales, payload, sr_, math::srKey(seed));
     return EncodedSize{meta, static_cast<uint32_t>(payloadFor(id_, count))};
   }
 
-  const char* decode(DataType dtype, const uint8_t* in, uint32_t meta, uint32_t payload,
-                     size_t count, void* dst) const override {
+  const char* decode(DataType dtype,
+                     const uint8_t* in,
+                     uint32_t meta,
+                     uint32_t payload,
+                     size_t count,
+                     void* dst) const override {
     return run(dtype, false, ReduceOp::kSum, in, meta, payload, count, nullptr, dst, false);
   }
-  const char* decodeReduce(DataType dtype, ReduceOp op, const uint8_t* in, uint32_t meta,
-                           uint32_t payload, size_t count, const void* operand, void* dst,
+  const char* decodeReduce(DataType dtype,
+                           ReduceOp op,
+                           const uint8_t* in,
+                           uint32_t meta,
+                           uint32_t payload,
+                           size_t count,
+                           const void* operand,
+                           void* dst,
                            bool incomingFirst) const override {
     if (!isValid(op))
       return "invalid reduction op";
@@ -128,11 +147,17 @@ class CpuCodec final : public Codec {
     return isBlock(id_) ? 4 + 4 * ((count + block_ - 1) / block_) : 0;
   }
 
-  const char* run(DataType dtype, bool reduce, ReduceOp op, const uint8_t* in, uint32_t meta,
-                  uint32_t payload, size_t count, const void* operand, void* dst,
+  const char* run(DataType dtype,
+                  bool reduce,
+                  ReduceOp op,
+                  const uint8_t* in,
+                  uint32_t meta,
+                  uint32_t payload,
+                  size_t count,
+                  const void* operand,
+                  void* dst,
                   bool first) const {
-    if (const char* why =
-            checkEncodedSizes(static_cast<uint8_t>(id_), dtype, count, meta, payload))
+    if (const char* why = checkEncodedSizes(static_cast<uint8_t>(id_), dtype, count, meta, payload))
       return why;
     uint32_t block = 0;
     if (isBlock(id_)) {
@@ -155,8 +180,8 @@ class CpuCodec final : public Codec {
       return "int4 padding nibble after an odd element count is not zero";
     const uint8_t* scales = isBlock(id_) ? in + 4 : in;
     const uint8_t* payloadAt = isBlock(id_) ? in + meta : in;
-    cpu::kernels().decode(fmt_, dtype, reduce, op, first, scales, block, payloadAt, count,
-                          operand, dst);
+    cpu::kernels().decode(fmt_, dtype, reduce, op, first, scales, block, payloadAt, count, operand,
+                          dst);
     return nullptr;
   }
 
@@ -168,8 +193,8 @@ class CpuCodec final : public Codec {
 
 }  // namespace
 
-const char* checkEncodedSizes(uint8_t codec, DataType dtype, uint64_t count, uint32_t meta,
-                              uint32_t payload) {
+const char* checkEncodedSizes(
+    uint8_t codec, DataType dtype, uint64_t count, uint32_t meta, uint32_t payload) {
   if (codec >= kNumCodecIds)
     return "unknown codec";
   if (!isValid(dtype))
@@ -215,8 +240,7 @@ const char* checkEncodedSizes(uint8_t codec, DataType dtype, uint64_t count, uin
 
 std::unique_ptr<Codec> makeCodec(const CodecSpec& spec) {
   if (isBlock(spec.id)) {
-    GS_CHECK(spec.blockSize >= kMinBlock && spec.blockSize <= kMaxBlock &&
-                 spec.blockSize % 8 == 0,
+    GS_CHECK(spec.blockSize >= kMinBlock && spec.blockSize <= kMaxBlock && spec.blockSize % 8 == 0,
              Errc::kInvalidArgument, "codec block size %u must be a multiple of 8 in [8, 65536]",
              spec.blockSize);
   }
@@ -231,17 +255,13 @@ std::unique_ptr<Codec> makeCodec(const CodecSpec& spec) {
     case CodecId::kBf16:
       return std::make_unique<CpuCodec>(spec.id, cpu::Fmt::kBf16, spec.stochastic, 0);
     case CodecId::kFp8E4M3:
-      return std::make_unique<CpuCodec>(spec.id, cpu::Fmt::kE4M3, spec.stochastic,
-                                        spec.blockSize);
+      return std::make_unique<CpuCodec>(spec.id, cpu::Fmt::kE4M3, spec.stochastic, spec.blockSize);
     case CodecId::kFp8E5M2:
-      return std::make_unique<CpuCodec>(spec.id, cpu::Fmt::kE5M2, spec.stochastic,
-                                        spec.blockSize);
+      return std::make_unique<CpuCodec>(spec.id, cpu::Fmt::kE5M2, spec.stochastic, spec.blockSize);
     case CodecId::kInt8:
-      return std::make_unique<CpuCodec>(spec.id, cpu::Fmt::kInt8, spec.stochastic,
-                                        spec.blockSize);
+      return std::make_unique<CpuCodec>(spec.id, cpu::Fmt::kInt8, spec.stochastic, spec.blockSize);
     case CodecId::kInt4:
-      return std::make_unique<CpuCodec>(spec.id, cpu::Fmt::kInt4, spec.stochastic,
-                                        spec.blockSize);
+      return std::make_unique<CpuCodec>(spec.id, cpu::Fmt::kInt4, spec.stochastic, spec.blockSize);
     case CodecId::kTopK:
       GS_CHECK(spec.topkFraction > 0 && spec.topkFraction <= 1, Errc::kInvalidArgument,
                "topk fraction %g must be in (0, 1]", static_cast<double>(spec.topkFraction));

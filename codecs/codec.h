@@ -85,11 +85,8 @@ class Codec {
   /// Encodes count (< 2^32) elements at src into out (metadata then payload; out holds at least
   /// maxEncodedBytes). seed feeds stochastic rounding: same seed, same bits. dtype must be
   /// supported. No allocation.
-  virtual EncodedSize encode(DataType dtype,
-                             const void* src,
-                             size_t count,
-                             uint8_t* out,
-                             uint64_t seed) const = 0;
+  virtual EncodedSize encode(
+      DataType dtype, const void* src, size_t count, uint8_t* out, uint64_t seed) const = 0;
   /// Validates metaBytes/payloadBytes against count and the metadata's content (in holds
   /// metaBytes + payloadBytes readable bytes); returns a static reason on failure (dst untouched),
   /// nullptr after writing dst[i] = decoded[i].
@@ -120,11 +117,8 @@ std::unique_ptr<Codec> makeCodec(const CodecSpec& spec);
 /// `codec` (a raw byte from the wire): known codec, dtype supported, exact sizes for the
 /// element-wise layouts, consistent shapes otherwise, and at most count * elementSize + 4096 in
 /// all. Returns nullptr or a static reason. The decoders check this and the metadata's content.
-const char* checkEncodedSizes(uint8_t codec,
-                              DataType dtype,
-                              uint64_t count,
-                              uint32_t metaBytes,
-                              uint32_t payloadBytes);
+const char* checkEncodedSizes(
+    uint8_t codec, DataType dtype, uint64_t count, uint32_t metaBytes, uint32_t payloadBytes);
 
 // ---- error feedback --------------------------------------------------------------------------
 // The residual of a buffer is kept in float32 for float32/float16/bfloat16 buffers and float64
@@ -136,10 +130,7 @@ const char* checkEncodedSizes(uint8_t codec,
 
 size_t residualElementSize(DataType dtype);  // 4, or 8 for float64; 0 for integer dtypes
 void applyResidual(DataType dtype, void* x, const void* residual, size_t count);
-void updateResidual(DataType dtype,
-                    const void* xEncoded,
-                    const void* decoded,
-                    void* residual,
-                    size_t count);
+void updateResidual(
+    DataType dtype, const void* xEncoded, const void* decoded, void* residual, size_t count);
 
 }  // namespace gs::codecs

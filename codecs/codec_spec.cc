@@ -75,8 +75,7 @@ CodecSpec CodecSpec::parse(const std::string& text) {
   GS_CHECK(found, Errc::kInvalidArgument, "codec '%s' is unknown (%s)", text.c_str(), kKnown);
   if (spec.id == CodecId::kTopK) {
     GS_CHECK(hasArg && !arg.empty(), Errc::kInvalidArgument,
-             "codec '%s': topk needs a fraction of elements to keep, e.g. topk:0.01",
-             text.c_str());
+             "codec '%s': topk needs a fraction of elements to keep, e.g. topk:0.01", text.c_str());
     char* end = nullptr;
     errno = 0;
     const double f = std::strtod(arg.c_str(), &end);
@@ -90,14 +89,13 @@ CodecSpec CodecSpec::parse(const std::string& text) {
   }
   while (comma != std::string::npos) {
     const size_t next = all.find(',', comma + 1);
-    const std::string opt = trim(all.substr(comma + 1, next == std::string::npos
-                                                           ? std::string::npos
-                                                           : next - comma - 1));
+    const std::string opt = trim(
+        all.substr(comma + 1, next == std::string::npos ? std::string::npos : next - comma - 1));
     comma = next;
     if (opt == "sr") {
       GS_CHECK(spec.id != CodecId::kRaw && spec.id != CodecId::kTopK, Errc::kInvalidArgument,
-               "codec '%s': option 'sr' (stochastic rounding) does not apply to %s",
-               text.c_str(), codecIdName(spec.id));
+               "codec '%s': option 'sr' (stochastic rounding) does not apply to %s", text.c_str(),
+               codecIdName(spec.id));
       spec.stochastic = true;
     } else if (opt.rfind("block=", 0) == 0) {
       GS_CHECK(isBlockCodec(spec.id), Errc::kInvalidArgument,

@@ -49,11 +49,11 @@ std::atomic<bool> gForceScalar{false};
 
 }  // namespace
 
-#define GS_FP8_ROW(t, r) t.v[r], t.v[r + 1], t.v[r + 2], t.v[r + 3], t.v[r + 4], t.v[r + 5], \
-                         t.v[r + 6], t.v[r + 7]
-#define GS_FP8_64(t, r) GS_FP8_ROW(t, r), GS_FP8_ROW(t, r + 8), GS_FP8_ROW(t, r + 16), \
-                        GS_FP8_ROW(t, r + 24), GS_FP8_ROW(t, r + 32), GS_FP8_ROW(t, r + 40), \
-                        GS_FP8_ROW(t, r + 48), GS_FP8_ROW(t, r + 56)
+#define GS_FP8_ROW(t, r) \
+  t.v[r], t.v[r + 1], t.v[r + 2], t.v[r + 3], t.v[r + 4], t.v[r + 5], t.v[r + 6], t.v[r + 7]
+#define GS_FP8_64(t, r)                                                                 \
+  GS_FP8_ROW(t, r), GS_FP8_ROW(t, r + 8), GS_FP8_ROW(t, r + 16), GS_FP8_ROW(t, r + 24), \
+      GS_FP8_ROW(t, r + 32), GS_FP8_ROW(t, r + 40), GS_FP8_ROW(t, r + 48), GS_FP8_ROW(t, r + 56)
 #define GS_FP8_ALL(t) GS_FP8_64(t, 0), GS_FP8_64(t, 64), GS_FP8_64(t, 128), GS_FP8_64(t, 192)
 extern const float kE4M3Table[256];
 extern const float kE5M2Table[256];

@@ -58,8 +58,8 @@ void applyResidual(DataType dtype, void* x, const void* residual, size_t n) {
   }
 }
 
-void updateResidual(DataType dtype, const void* xEncoded, const void* decoded, void* residual,
-                    size_t n) {
+void updateResidual(
+    DataType dtype, const void* xEncoded, const void* decoded, void* residual, size_t n) {
   switch (dtype) {
     case DataType::kFloat32: {
       const auto* x = static_cast<const float*>(xEncoded);

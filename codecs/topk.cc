@@ -124,8 +124,15 @@ uint32_t encodeT(const void* src, size_t n, uint64_t k, uint8_t* idxOut, uint8_t
 }
 
 template <class D>
-void decodeT(bool reduce, ReduceOp op, bool first, const uint8_t* idx, const uint8_t* val,
-             uint32_t k, size_t n, const void* operand, void* dst) {
+void decodeT(bool reduce,
+             ReduceOp op,
+             bool first,
+             const uint8_t* idx,
+             const uint8_t* val,
+             uint32_t k,
+             size_t n,
+             const void* operand,
+             void* dst) {
   using C = typename D::C;
   auto* d = static_cast<typename D::T*>(dst);
   const auto* o = static_cast<const typename D::T*>(operand);
@@ -148,7 +155,8 @@ void decodeT(bool reduce, ReduceOp op, bool first, const uint8_t* idx, const uin
       if (!reduce)
         D::store(d, i, static_cast<C>(v));
       else
-        D::store(d, i, first ? static_cast<C>(v) + D::load(d, i) : D::load(d, i) + static_cast<C>(v));
+        D::store(d, i,
+                 first ? static_cast<C>(v) + D::load(d, i) : D::load(d, i) + static_cast<C>(v));
     }
     return;
   }
@@ -192,8 +200,8 @@ class TopKCodec final : public Codec {
   size_t maxEncodedBytes(DataType dtype, size_t count) const override {
     return 8 * keep(dtype, count);
   }
-  EncodedSize encode(DataType dtype, const void* src, size_t count, uint8_t* out,
-                     uint64_t) const override {
+  EncodedSize encode(
+      DataType dtype, const void* src, size_t count, uint8_t* out, uint64_t) const override {
     const uint64_t k = keep(dtype, count);
     uint8_t* idx = out;
     uint8_t* val = out + 4 * k;
@@ -218,12 +226,22 @@ class TopKCodec final : public Codec {
     (void)got;  // == k by construction
     return EncodedSize{static_cast<uint32_t>(4 * k), static_cast<uint32_t>(4 * k)};
   }
-  const char* decode(DataType dtype, const uint8_t* in, uint32_t meta, uint32_t payload,
-                     size_t count, void* dst) const override {
+  const char* decode(DataType dtype,
+                     const uint8_t* in,
+                     uint32_t meta,
+                     uint32_t payload,
+                     size_t count,
+                     void* dst) const override {
     return run(dtype, false, ReduceOp::kSum, in, meta, payload, count, nullptr, dst, false);
   }
-  const char* decodeReduce(DataType dtype, ReduceOp op, const uint8_t* in, uint32_t meta,
-                           uint32_t payload, size_t count, const void* operand, void* dst,
+  const char* decodeReduce(DataType dtype,
+                           ReduceOp op,
+                           const uint8_t* in,
+                           uint32_t meta,
+                           uint32_t payload,
+                           size_t count,
+                           const void* operand,
+                           void* dst,
                            bool incomingFirst) const override {
     if (!isValid(op))
       return "invalid reduction op";
@@ -231,8 +249,15 @@ class TopKCodec final : public Codec {
   }
 
  private:
-  const char* run(DataType dtype, bool reduce, ReduceOp op, const uint8_t* in, uint32_t meta,
-                  uint32_t payload, size_t count, const void* operand, void* dst,
+  const char* run(DataType dtype,
+                  bool reduce,
+                  ReduceOp op,
+                  const uint8_t* in,
+                  uint32_t meta,
+                  uint32_t payload,
+                  size_t count,
+                  const void* operand,
+                  void* dst,
                   bool first) const {
     if (const char* why =
             checkEncodedSizes(static_cast<uint8_t>(CodecId::kTopK), dtype, count, meta, payload))

@@ -25,10 +25,14 @@ int64_t parseInt(const char* name, const std::string& text, int64_t lo, int64_t 
   // Accept a K/M/G suffix (binary units) for byte sizes.
   int64_t mult = 1;
   if (end && *end) {
-    if ((*end == 'k' || *end == 'K') && end[1] == '\0') mult = 1 << 10;
-    else if ((*end == 'm' || *end == 'M') && end[1] == '\0') mult = 1 << 20;
-    else if ((*end == 'g' || *end == 'G') && end[1] == '\0') mult = int64_t{1} << 30;
-    else mult = 0;
+    if ((*end == 'k' || *end == 'K') && end[1] == '\0')
+      mult = 1 << 10;
+    else if ((*end == 'm' || *end == 'M') && end[1] == '\0')
+      mult = 1 << 20;
+    else if ((*end == 'g' || *end == 'G') && end[1] == '\0')
+      mult = int64_t{1} << 30;
+    else
+      mult = 0;
   }
   GS_CHECK(errno == 0 && end != text.c_str() && mult != 0, Errc::kInvalidArgument,
            "%s='%s' is not an integer", name, text.c_str());
@@ -59,8 +63,9 @@ const std::vector<Entry>& table() {
        [](Config& c, const std::string& v) {
          c.socketsPerPeer = parseInt("GS_TCP_SOCKETS", v, 1, 16);
        }},
-      {{"GS_CODEC", "raw", "wire codec: raw, fp16, bf16, fp8e4m3, fp8e5m2, int8, int4, topk:<fraction>; "
-         "options ,sr (stochastic rounding) ,block=N"},
+      {{"GS_CODEC", "raw",
+        "wire codec: raw, fp16, bf16, fp8e4m3, fp8e5m2, int8, int4, topk:<fraction>; "
+        "options ,sr (stochastic rounding) ,block=N"},
        [](Config& c, const std::string& v) { c.codec = v; }},
       {{"GS_METRICS_ADDR", "", "Prometheus exporter address (reserved)"},
        [](Config& c, const std::string& v) { c.metricsAddress = v; }},

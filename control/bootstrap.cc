@@ -58,10 +58,13 @@ std::string formatRanks(const std::vector<int>& ranks) {
   std::string out;
   for (size_t i = 0; i < ranks.size();) {
     size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    if (!out.empty()) out += ", ";
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1)
+      ++j;
+    if (!out.empty())
+      out += ", ";
     out += std::to_string(ranks[i]);
-    if (j > i) out += "-" + std::to_string(ranks[j]);
+    if (j > i)
+      out += "-" + std::to_string(ranks[j]);
     i = j + 1;
     if (out.size() > 600) {
       out += ", ...";
@@ -74,7 +77,8 @@ std::string formatRanks(const std::vector<int>& ranks) {
 // One accepted connection. Lives while a handler or the server's tables refer to it; touched
 // only on the server thread.
 struct ServerSession : std::enable_shared_from_this<ServerSession> {
-  ServerSession(tcp::socket s, std::string peerText) : socket(std::move(s)), peer(std::move(peerText)) {}
+  ServerSession(tcp::socket s, std::string peerText)
+      : socket(std::move(s)), peer(std::move(peerText)) {}
 
   tcp::socket socket;
   std::string peer;
@@ -101,9 +105,12 @@ struct RendezvousServer::Impl {
     tcp::endpoint ep(toAsio(ip), port);
     error_code ec;
     acceptor.open(ep.protocol(), ec);
-    if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acceptor.bind(ep, ec);
-    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (!ec)
+      acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec)
+      acceptor.bind(ep, ec);
+    if (!ec)
+      acceptor.listen(asio::socket_base::max_listen_connections, ec);
     GS_CHECK(!ec, Errc::kSystem, "rendezvous server cannot listen on %s: %s",
              formatEndpoint(ip, port).c_str(), ec.message().c_str());
     id.address = ip;
@@ -125,7 +132,8 @@ struct RendezvousServer::Impl {
 
   void stop() {
     std::lock_guard<std::mutex> lock(stopMutex);
-    if (!thread.joinable()) return;
+    if (!thread.joinable())
+      return;
     if (getpid() != creatorPid) {
       // A forked child holds a copy of this object but not the thread; joining it would be
       // undefined. Give the handle up without touching it.
@@ -137,7 +145,8 @@ struct RendezvousServer::Impl {
     // The thread has ended, so this thread may now close what it left behind.
     error_code ignored;
     acceptor.close(ignored);
-    for (const auto& s : sessions) s->socket.close(ignored);
+    for (const auto& s : sessions)
+      s->socket.close(ignored);
     sessions.clear();
     byRank.clear();
     finished.store(true);
@@ -166,32 +175,35 @@ struct RendezvousServer::Impl {
   }
 
   // Reads one message whose type is in `allowed` into session->body, then calls `next`.
-  void readMessage(const SessionPtr& s, std::initializer_list<MsgType> allowed,
+  void readMessage(const SessionPtr& s,
+                   std::initializer_list<MsgType> allowed,
                    std::function<void()> next) {
     std::vector<MsgType> types(allowed);
-    asio::async_read(
-        s->socket, asio::buffer(s->header),
-        [this, s, types, next = std::move(next)](error_code ec, size_t) mutable {
-          if (ec) return onConnectionLost(s, ec);
-          wire::Header h{};
-          try {
-            h = wire::decodeHeader(s->header.data(), types, nranks);
-          } catch (const Error& e) {
-            return reject(s, Errc::kInvalidArgument, e.what());
-          }
-          s->body.resize(h.bodyLen);
-          asio::async_read(s->socket, asio::buffer(s->body),
-                           [this, s, next = std::move(next)](error_code ec2, size_t) {
-                             if (ec2) return onConnectionLost(s, ec2);
-                             if (done) return reject(s, Errc::kInvalidArgument,
-                                                     "the rendezvous is already over");
-                             try {
-                               next();
-                             } catch (const Error& e) {
-                               reject(s, Errc::kInvalidArgument, e.what());
-                             }
-                           });
-        });
+    asio::async_read(s->socket, asio::buffer(s->header),
+                     [this, s, types, next = std::move(next)](error_code ec, size_t) mutable {
+                       if (ec)
+                         return onConnectionLost(s, ec);
+                       wire::Header h{};
+                       try {
+                         h = wire::decodeHeader(s->header.data(), types, nranks);
+                       } catch (const Error& e) {
+                         return reject(s, Errc::kInvalidArgument, e.what());
+                       }
+                       s->body.resize(h.bodyLen);
+                       asio::async_read(s->socket, asio::buffer(s->body),
+                                        [this, s, next = std::move(next)](error_code ec2, size_t) {
+                                          if (ec2)
+                                            return onConnectionLost(s, ec2);
+                                          if (done)
+                                            return reject(s, Errc::kInvalidArgument,
+                                                          "the rendezvous is already over");
+                                          try {
+                                            next();
+                                          } catch (const Error& e) {
+                                            reject(s, Errc::kInvalidArgument, e.what());
+                                          }
+                                        });
+                     });
   }
 
   void onHello(const SessionPtr& s) {
@@ -214,9 +226,9 @@ struct RendezvousServer::Impl {
       return reject(s, Errc::kInvalidArgument, "wrong communicator secret");
     }
     if (r.nranks < 1 || r.nranks > kMaxRendezvousRanks) {
-      return reject(s, Errc::kInvalidArgument,
-                    formatString("nranks %d is out of range (1..%d)", r.nranks,
-                                 kMaxRendezvousRanks));
+      return reject(
+          s, Errc::kInvalidArgument,
+          formatString("nranks %d is out of range (1..%d)", r.nranks, kMaxRendezvousRanks));
     }
     if (r.rank < 0 || r.rank >= r.nranks) {
       return reject(s, Errc::kInvalidArgument,
@@ -230,8 +242,8 @@ struct RendezvousServer::Impl {
     }
     if (nranks != 0 && byRank[r.rank]) {
       return reject(s, Errc::kInvalidArgument,
-                    formatString("duplicate rank %d: rank %d is already registered from %s",
-                                 r.rank, r.rank, byRank[r.rank]->peer.c_str()));
+                    formatString("duplicate rank %d: rank %d is already registered from %s", r.rank,
+                                 r.rank, byRank[r.rank]->peer.c_str()));
     }
     if (nranks == 0) {
       // The clock starts at the first rank: before that nobody is waiting, and the user may
@@ -240,7 +252,8 @@ struct RendezvousServer::Impl {
       byRank.assign(static_cast<size_t>(nranks), nullptr);
       timer.expires_after(std::chrono::milliseconds(timeoutMs));
       timer.async_wait([this](error_code ec) {
-        if (!ec && !done) giveUp();
+        if (!ec && !done)
+          giveUp();
       });
     }
     s->registered = true;
@@ -259,18 +272,21 @@ struct RendezvousServer::Impl {
     readMessage(s, {MsgType::kHello}, [this, s] {
       reject(s, Errc::kInvalidArgument, "unexpected message after the payload");
     });
-    if (payloads == nranks) complete();
+    if (payloads == nranks)
+      complete();
   }
 
   void complete() {
     done = true;
     std::vector<std::span<const uint8_t>> all;
-    for (const auto& s : byRank) all.emplace_back(s->payload);
+    for (const auto& s : byRank)
+      all.emplace_back(s->payload);
     auto result = std::make_shared<const std::vector<uint8_t>>(
         wire::frame(MsgType::kResult, wire::encodeResult(all)));
     GS_LOG_INFO("rendezvous on %s complete: %d ranks", id.endpoint().c_str(), nranks);
     finishAll([&](const SessionPtr& s) {
-      if (s->registered) return result;
+      if (s->registered)
+        return result;
       return status(Errc::kInvalidArgument, "the rendezvous is already over");
     });
   }
@@ -285,11 +301,11 @@ struct RendezvousServer::Impl {
         silent.push_back(r);
       }
     }
-    std::string message =
-        formatString("rendezvous timed out after %lld ms: %d of %d ranks registered",
-                     static_cast<long long>(timeoutMs), nranks - static_cast<int>(missing.size()),
-                     nranks);
-    if (!missing.empty()) message += "; rank(s) " + formatRanks(missing) + " never arrived";
+    std::string message = formatString(
+        "rendezvous timed out after %lld ms: %d of %d ranks registered",
+        static_cast<long long>(timeoutMs), nranks - static_cast<int>(missing.size()), nranks);
+    if (!missing.empty())
+      message += "; rank(s) " + formatRanks(missing) + " never arrived";
     if (!silent.empty()) {
       message += "; rank(s) " + formatRanks(silent) + " registered but sent no payload";
     }
@@ -317,7 +333,8 @@ struct RendezvousServer::Impl {
   }
 
   void reject(const SessionPtr& s, Errc code, const std::string& why) {
-    if (s->closed) return;
+    if (s->closed)
+      return;
     GS_LOG_WARN("rejected rendezvous connection from %s: %s", s->peer.c_str(), why.c_str());
     sendShared(s, status(code, why));
     closeAfterFlush(s);
@@ -328,9 +345,11 @@ struct RendezvousServer::Impl {
   }
 
   void sendShared(const SessionPtr& s, std::shared_ptr<const std::vector<uint8_t>> bytes) {
-    if (s->closed || s->closeWhenFlushed) return;
+    if (s->closed || s->closeWhenFlushed)
+      return;
     s->outbox.push_back(std::move(bytes));
-    if (!s->writing) writeNext(s);
+    if (!s->writing)
+      writeNext(s);
   }
 
   void writeNext(const SessionPtr& s) {
@@ -339,29 +358,36 @@ struct RendezvousServer::Impl {
                       [this, s](error_code ec, size_t) {
                         s->writing = false;
                         s->outbox.pop_front();
-                        if (ec) return onConnectionLost(s, ec);
-                        if (!s->outbox.empty()) return writeNext(s);
-                        if (s->closeWhenFlushed) close(s);
+                        if (ec)
+                          return onConnectionLost(s, ec);
+                        if (!s->outbox.empty())
+                          return writeNext(s);
+                        if (s->closeWhenFlushed)
+                          close(s);
                       });
   }
 
   void closeAfterFlush(const SessionPtr& s) {
     s->closeWhenFlushed = true;
-    if (!s->writing && s->outbox.empty()) close(s);
+    if (!s->writing && s->outbox.empty())
+      close(s);
   }
 
   void onConnectionLost(const SessionPtr& s, const error_code& ec) {
-    if (s->closed) return;
+    if (s->closed)
+      return;
     if (s->registered && !done) {
-      GS_LOG_WARN("rendezvous: rank %d (%s) disconnected before the rendezvous completed (%s); "
-                  "its slot is free again",
-                  s->rank, s->peer.c_str(), ec.message().c_str());
+      GS_LOG_WARN(
+          "rendezvous: rank %d (%s) disconnected before the rendezvous completed (%s); "
+          "its slot is free again",
+          s->rank, s->peer.c_str(), ec.message().c_str());
     }
     close(s);
   }
 
   void close(const SessionPtr& s) {
-    if (s->closed) return;
+    if (s->closed)
+      return;
     s->closed = true;
     error_code ignored;
     s->socket.shutdown(tcp::socket::shutdown_both, ignored);
@@ -370,7 +396,8 @@ struct RendezvousServer::Impl {
     if (s->registered && !done) {
       // A rank that left may come back (a retried process); until then it counts as missing.
       byRank[s->rank] = nullptr;
-      if (s->hasPayload) --payloads;
+      if (s->hasPayload)
+        --payloads;
     }
   }
 
@@ -381,26 +408,34 @@ struct RendezvousServer::Impl {
   asio::io_context io;
   tcp::acceptor acceptor;
   asio::steady_timer timer;
-  std::set<SessionPtr> sessions;  // every open connection
-  std::vector<SessionPtr> byRank; // registered connection per rank (size nranks once known)
-  int nranks = 0;                 // 0 until the first registration
+  std::set<SessionPtr> sessions;   // every open connection
+  std::vector<SessionPtr> byRank;  // registered connection per rank (size nranks once known)
+  int nranks = 0;                  // 0 until the first registration
   int payloads = 0;
-  bool done = false;              // result or timeout sent; nothing new is accepted
+  bool done = false;  // result or timeout sent; nothing new is accepted
   std::atomic<bool> finished{false};
   std::mutex stopMutex;
   pid_t creatorPid;
   std::thread thread;
 };
 
-RendezvousServer::RendezvousServer(const std::string& address, uint16_t port,
-                                   const Secret& secret, const Config& config)
+RendezvousServer::RendezvousServer(const std::string& address,
+                                   uint16_t port,
+                                   const Secret& secret,
+                                   const Config& config)
     : impl_(std::make_unique<Impl>(address, port, secret, config)) {}
 
 RendezvousServer::~RendezvousServer() = default;
 
-UniqueId RendezvousServer::uniqueId() const { return impl_->id; }
-bool RendezvousServer::finished() const { return impl_->finished.load(); }
-void RendezvousServer::stop() { impl_->stop(); }
+UniqueId RendezvousServer::uniqueId() const {
+  return impl_->id;
+}
+bool RendezvousServer::finished() const {
+  return impl_->finished.load();
+}
+void RendezvousServer::stop() {
+  impl_->stop();
+}
 
 namespace {
 
@@ -442,7 +477,9 @@ ServerRegistry& registry() {
 
 }  // namespace
 
-UniqueId startRendezvousServer(const std::string& address, uint16_t port, const Secret& secret,
+UniqueId startRendezvousServer(const std::string& address,
+                               uint16_t port,
+                               const Secret& secret,
                                const Config& config) {
   auto server = std::make_unique<RendezvousServer>(address, port, secret, config);
   UniqueId id = server->uniqueId();
@@ -455,8 +492,9 @@ UniqueId createUniqueId(const Config& config) {
   if (config.socketIfname.empty()) {
     static std::once_flag once;
     std::call_once(once, [] {
-      GS_LOG_INFO("GS_SOCKET_IFNAME is unset: the rendezvous listens on 127.0.0.1 only, so only "
-                  "ranks on this host can join and nothing is exposed to the network");
+      GS_LOG_INFO(
+          "GS_SOCKET_IFNAME is unset: the rendezvous listens on 127.0.0.1 only, so only "
+          "ranks on this host can join and nothing is exposed to the network");
     });
     address = "127.0.0.1";
   } else {
@@ -465,7 +503,9 @@ UniqueId createUniqueId(const Config& config) {
   return startRendezvousServer(address, 0, randomSecret(), config);
 }
 
-void shutdownRendezvousServers() { registry().shutdown(); }
+void shutdownRendezvousServers() {
+  registry().shutdown();
+}
 
 // ------------------------------------------------------------------------------------------
 // Client
@@ -482,9 +522,9 @@ struct BootstrapClient::Impl {
 
   [[noreturn]] void throwTimeout(const std::string& doing) const {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - callStart);
-    throw Error(Errc::kTimeout, formatString("rendezvous with %s timed out after %lld ms %s",
-                                             server.c_str(), static_cast<long long>(ms.count()),
-                                             doing.c_str()));
+    throw Error(Errc::kTimeout,
+                formatString("rendezvous with %s timed out after %lld ms %s", server.c_str(),
+                             static_cast<long long>(ms.count()), doing.c_str()));
   }
 
   // Runs the io_context until `done` or the deadline. At the deadline it closes the socket
@@ -493,9 +533,11 @@ struct BootstrapClient::Impl {
     io.restart();
     while (!done && !deadline.expired()) {
       io.run_one_until(deadline.at());
-      if (io.stopped()) io.restart();
+      if (io.stopped())
+        io.restart();
     }
-    if (done) return true;
+    if (done)
+      return true;
     error_code ignored;
     socket.close(ignored);
     io.restart();
@@ -510,7 +552,8 @@ struct BootstrapClient::Impl {
       ec = e;
       done = true;
     });
-    if (!runUntil(done, deadline)) throwTimeout(doing);
+    if (!runUntil(done, deadline))
+      throwTimeout(doing);
     GS_CHECK(!ec, Errc::kRemote, "rendezvous with %s: send failed %s: %s", server.c_str(), doing,
              ec.message().c_str());
   }
@@ -522,25 +565,27 @@ struct BootstrapClient::Impl {
       ec = e;
       done = true;
     });
-    if (!runUntil(done, deadline)) throwTimeout(doing);
+    if (!runUntil(done, deadline))
+      throwTimeout(doing);
     GS_CHECK(ec != asio::error::eof, Errc::kRemote,
              "rendezvous with %s: the server closed the connection %s", server.c_str(), doing);
-    GS_CHECK(!ec, Errc::kRemote, "rendezvous with %s: receive failed %s: %s", server.c_str(),
-             doing, ec.message().c_str());
+    GS_CHECK(!ec, Errc::kRemote, "rendezvous with %s: receive failed %s: %s", server.c_str(), doing,
+             ec.message().c_str());
   }
 
   // Reads one message of an allowed type. A Status carrying an error is thrown as the server's
   // error; other malformed input becomes kRemote naming the server.
   std::pair<MsgType, std::vector<uint8_t>> readMessage(std::initializer_list<MsgType> allowed,
-                                                       Deadline deadline, const char* doing) {
+                                                       Deadline deadline,
+                                                       const char* doing) {
     std::array<uint8_t, wire::kHeaderBytes> header{};
     readExact(header.data(), header.size(), deadline, doing);
     wire::Header h{};
     try {
       h = wire::decodeHeader(header.data(), allowed, nranks);
     } catch (const Error& e) {
-      throw Error(Errc::kRemote, formatString("rendezvous with %s %s: %s", server.c_str(), doing,
-                                              e.what()));
+      throw Error(Errc::kRemote,
+                  formatString("rendezvous with %s %s: %s", server.c_str(), doing, e.what()));
     }
     std::vector<uint8_t> body(h.bodyLen);
     readExact(body.data(), body.size(), deadline, doing);
@@ -559,7 +604,8 @@ struct BootstrapClient::Impl {
     auto backoff = std::chrono::milliseconds(10);
     std::string lastError = "no attempt finished";
     for (;;) {
-      if (deadline.expired()) throwTimeout("connecting (last error: " + lastError + ")");
+      if (deadline.expired())
+        throwTimeout("connecting (last error: " + lastError + ")");
       // A SYN into a black hole can take minutes to fail; cap each attempt so a server that
       // appears later is still found before the deadline.
       Deadline attempt = deadline.earlier(Deadline::afterMs(2000));
@@ -573,11 +619,13 @@ struct BootstrapClient::Impl {
         lastError = "connect attempt timed out";
         continue;
       }
-      if (!ec) return;
+      if (!ec)
+        return;
       lastError = ec.message();
       error_code ignored;
       socket.close(ignored);
-      std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(backoff, deadline.remaining()));
+      std::this_thread::sleep_for(
+          std::min<std::chrono::nanoseconds>(backoff, deadline.remaining()));
       backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
     }
   }
@@ -619,7 +667,9 @@ BootstrapClient::BootstrapClient(BootstrapClient&&) noexcept = default;
 BootstrapClient& BootstrapClient::operator=(BootstrapClient&&) noexcept = default;
 BootstrapClient::~BootstrapClient() = default;
 
-BootstrapClient BootstrapClient::connect(const UniqueId& id, int rank, int nranks,
+BootstrapClient BootstrapClient::connect(const UniqueId& id,
+                                         int rank,
+                                         int nranks,
                                          Deadline deadline) {
   GS_CHECK(nranks >= 1 && nranks <= kMaxRendezvousRanks, Errc::kInvalidArgument,
            "nranks %d is out of range (1..%d)", nranks, kMaxRendezvousRanks);
@@ -643,9 +693,15 @@ BootstrapClient BootstrapClient::connect(const UniqueId& id, int rank, int nrank
   return BootstrapClient(std::move(impl));
 }
 
-int BootstrapClient::rank() const { return impl_->rank; }
-int BootstrapClient::nranks() const { return impl_->nranks; }
-std::string BootstrapClient::localAddress() const { return impl_->localAddress; }
+int BootstrapClient::rank() const {
+  return impl_->rank;
+}
+int BootstrapClient::nranks() const {
+  return impl_->nranks;
+}
+std::string BootstrapClient::localAddress() const {
+  return impl_->localAddress;
+}
 
 std::vector<std::vector<uint8_t>> BootstrapClient::allgather(std::span<const uint8_t> myPayload,
                                                              Deadline deadline) {
@@ -667,8 +723,8 @@ std::vector<std::vector<uint8_t>> BootstrapClient::allgather(std::span<const uin
   try {
     all = wire::decodeResult(body, impl_->nranks);
   } catch (const Error& e) {
-    throw Error(Errc::kRemote, formatString("rendezvous with %s: %s", impl_->server.c_str(),
-                                            e.what()));
+    throw Error(Errc::kRemote,
+                formatString("rendezvous with %s: %s", impl_->server.c_str(), e.what()));
   }
   GS_CHECK(std::equal(myPayload.begin(), myPayload.end(), all[impl_->rank].begin(),
                       all[impl_->rank].end()),

@@ -39,7 +39,9 @@ class RendezvousServer {
   /// Binds address:port (port 0: ephemeral; SO_REUSEADDR so a restarted job can rebind a fixed
   /// port in TIME_WAIT) and starts serving. Throws kInvalidArgument for a bad address, kSystem
   /// naming the endpoint when it cannot bind.
-  RendezvousServer(const std::string& address, uint16_t port, const Secret& secret,
+  RendezvousServer(const std::string& address,
+                   uint16_t port,
+                   const Secret& secret,
                    const Config& config);
   ~RendezvousServer();
   RendezvousServer(const RendezvousServer&) = delete;
@@ -64,7 +66,9 @@ UniqueId createUniqueId(const Config& config);
 
 /// For launch from the environment: starts a server on address:port with the given secret and
 /// keeps it in the same registry. Returns the id clients connect with.
-UniqueId startRendezvousServer(const std::string& address, uint16_t port, const Secret& secret,
+UniqueId startRendezvousServer(const std::string& address,
+                               uint16_t port,
+                               const Secret& secret,
                                const Config& config);
 
 /// Stops and joins every server in the registry. Runs by itself at process exit; callable

@@ -14,10 +14,10 @@
 // Exchange (C = client, S = server):
 //   C->S Hello      client nonce[16]
 //   S->C Challenge  server nonce[16], tag(secret, kServerDomain, client nonce || server nonce)[16]
-//   C->S Register   rank i32, nranks i32, tag(secret, kClientDomain, server nonce||rank||nranks)[16]
-//   S->C Status     code i32 (gs::Errc), message (<= kMaxStatusText bytes): ok or why refused
-//   C->S Payload    this rank's bytes (<= kMaxRendezvousPayload)
-//   S->C Result     nranks u32, then per rank: length u32, bytes   (or a Status with the error)
+//   C->S Register   rank i32, nranks i32, tag(secret, kClientDomain, server
+//   nonce||rank||nranks)[16] S->C Status     code i32 (gs::Errc), message (<= kMaxStatusText
+//   bytes): ok or why refused C->S Payload    this rank's bytes (<= kMaxRendezvousPayload) S->C
+//   Result     nranks u32, then per rank: length u32, bytes   (or a Status with the error)
 // Both sides prove they hold the secret without sending it, over nonces the other side chose,
 // so a recorded exchange cannot be replayed.
 
@@ -62,7 +62,8 @@ struct Header {
 };
 
 inline void putU32(std::vector<uint8_t>& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  for (int i = 0; i < 4; ++i)
+    out.push_back(static_cast<uint8_t>(v >> (8 * i)));
 }
 inline uint32_t getU32(const uint8_t* p) {
   return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
@@ -71,12 +72,18 @@ inline uint32_t getU32(const uint8_t* p) {
 /// Largest body a receiver accepts for `type`; `nranks` sizes the Result.
 inline uint64_t maxBodyBytes(MsgType type, int nranks) {
   switch (type) {
-    case MsgType::kHello: return kNonceBytes;
-    case MsgType::kChallenge: return 2 * kNonceBytes;
-    case MsgType::kRegister: return 8 + sizeof(AuthTag);
-    case MsgType::kStatus: return 4 + kMaxStatusText;
-    case MsgType::kPayload: return kMaxRendezvousPayload;
-    case MsgType::kResult: return 4 + uint64_t(nranks) * (4 + kMaxRendezvousPayload);
+    case MsgType::kHello:
+      return kNonceBytes;
+    case MsgType::kChallenge:
+      return 2 * kNonceBytes;
+    case MsgType::kRegister:
+      return 8 + sizeof(AuthTag);
+    case MsgType::kStatus:
+      return 4 + kMaxStatusText;
+    case MsgType::kPayload:
+      return kMaxRendezvousPayload;
+    case MsgType::kResult:
+      return 4 + uint64_t(nranks) * (4 + kMaxRendezvousPayload);
   }
   return 0;
 }
@@ -103,7 +110,8 @@ inline Header decodeHeader(const uint8_t* h, std::span<const MsgType> allowed, i
            version, kVersion);
   Header out{static_cast<MsgType>(uint16_t(h[6] | h[7] << 8)), getU32(h + 8)};
   bool expected = false;
-  for (MsgType t : allowed) expected = expected || t == out.type;
+  for (MsgType t : allowed)
+    expected = expected || t == out.type;
   GS_CHECK(expected, Errc::kRemote, "malformed rendezvous message: unexpected type %u",
            static_cast<unsigned>(out.type));
   uint64_t limit = maxBodyBytes(out.type, nranks);
@@ -131,7 +139,8 @@ struct Registration {
 };
 
 /// What the client's tag covers: the server's nonce, then rank and nranks.
-inline std::vector<uint8_t> registrationTagInput(const Nonce& serverNonce, int32_t rank,
+inline std::vector<uint8_t> registrationTagInput(const Nonce& serverNonce,
+                                                 int32_t rank,
                                                  int32_t nranks) {
   std::vector<uint8_t> in(serverNonce.begin(), serverNonce.end());
   putU32(in, static_cast<uint32_t>(rank));
@@ -171,10 +180,11 @@ inline std::pair<Errc, std::string> decodeStatus(std::span<const uint8_t> body) 
            "malformed rendezvous message: status of %zu bytes", body.size());
   int32_t raw = static_cast<int32_t>(getU32(body.data()));
   Errc code = raw >= static_cast<int32_t>(Errc::kInternal) && raw <= 1 ? static_cast<Errc>(raw)
-                                                                        : Errc::kRemote;
+                                                                       : Errc::kRemote;
   std::string text(body.begin() + 4, body.end());
   for (char& c : text) {
-    if (c < 0x20 || c > 0x7e) c = '?';
+    if (c < 0x20 || c > 0x7e)
+      c = '?';
   }
   return {code, text};
 }
@@ -192,8 +202,7 @@ inline std::vector<uint8_t> encodeResult(const std::vector<std::span<const uint8
 /// Decodes a Result for a communicator of `nranks`; throws kRemote unless it holds exactly
 /// nranks payloads of at most kMaxRendezvousPayload bytes each, filling the body exactly.
 inline std::vector<std::vector<uint8_t>> decodeResult(std::span<const uint8_t> body, int nranks) {
-  GS_CHECK(body.size() >= 4, Errc::kRemote, "malformed rendezvous result: %zu bytes",
-           body.size());
+  GS_CHECK(body.size() >= 4, Errc::kRemote, "malformed rendezvous result: %zu bytes", body.size());
   uint32_t count = getU32(body.data());
   GS_CHECK(count == static_cast<uint32_t>(nranks), Errc::kRemote,
            "malformed rendezvous result: %u payloads for %d ranks", count, nranks);
@@ -211,8 +220,8 @@ inline std::vector<std::vector<uint8_t>> decodeResult(std::span<const uint8_t> b
                   body.begin() + static_cast<ptrdiff_t>(pos + len));
     pos += len;
   }
-  GS_CHECK(pos == body.size(), Errc::kRemote,
-           "malformed rendezvous result: %zu trailing bytes", body.size() - pos);
+  GS_CHECK(pos == body.size(), Errc::kRemote, "malformed rendezvous result: %zu trailing bytes",
+           body.size() - pos);
   return out;
 }
 

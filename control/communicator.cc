@@ -291,13 +291,16 @@ void Communicator::recordCollective(const stream::CollectiveArgs& args, double s
   const double n = nranks_;
   double bytes = static_cast<double>(args.count * elementSize(args.dtype)), factor = 1;
   switch (args.kind) {
-    case stream::CollectiveKind::kAllReduce: factor = 2 * (n - 1) / n; break;
+    case stream::CollectiveKind::kAllReduce:
+      factor = 2 * (n - 1) / n;
+      break;
     case stream::CollectiveKind::kReduceScatter:
     case stream::CollectiveKind::kAllGather:
       bytes *= n;
       factor = (n - 1) / n;
       break;
-    case stream::CollectiveKind::kBroadcast: break;
+    case stream::CollectiveKind::kBroadcast:
+      break;
   }
   const double algbw = seconds > 0 ? bytes / seconds : 0;
   metrics_->recordCollective(static_cast<monitoring::CollectiveOp>(args.kind),

@@ -12,9 +12,9 @@
 
 #include "codecs/codec.h"
 #include "common/config.h"
-#include "monitoring/metrics.h"
 #include "common/error.h"
 #include "control/unique_id.h"
+#include "monitoring/metrics.h"
 #include "stream/engine.h"
 #include "stream/link.h"
 #include "transport/device.h"

@@ -7,8 +7,12 @@
 
 namespace gs::control {
 
-GradientStream::GradientStream(Communicator& comm, void* buffer, size_t count, DataType dtype,
-                               ReduceOp op, const GradientStreamConfig& config)
+GradientStream::GradientStream(Communicator& comm,
+                               void* buffer,
+                               size_t count,
+                               DataType dtype,
+                               ReduceOp op,
+                               const GradientStreamConfig& config)
     : comm_(comm),
       buffer_(static_cast<uint8_t*>(buffer)),
       count_(count),
@@ -24,8 +28,7 @@ GradientStream::GradientStream(Communicator& comm, void* buffer, size_t count, D
     codec_ = codecs::makeCodec(spec);
   }
   const size_t perBucket = std::max<size_t>(1, config.bucketBytes / elementSize_);
-  for (size_t off = 0; off < count; off += perBucket)
-  {
+  for (size_t off = 0; off < count; off += perBucket) {
     Bucket b;
     b.offset = off;
     b.count = std::min(perBucket, count - off);

@@ -32,7 +32,11 @@ struct GradientStreamConfig {
 /// stay valid until close(). Owned by the caller; the communicator must outlive it.
 class GradientStream {
  public:
-  GradientStream(Communicator& comm, void* buffer, size_t count, DataType dtype, ReduceOp op,
+  GradientStream(Communicator& comm,
+                 void* buffer,
+                 size_t count,
+                 DataType dtype,
+                 ReduceOp op,
                  const GradientStreamConfig& config);
   ~GradientStream();
 
@@ -63,11 +67,11 @@ class GradientStream {
   size_t elementSize_;
   std::unique_ptr<codecs::Codec> codec_;  // null: the communicator's
   bool errorFeedback_;
-  std::vector<uint8_t> residual_;         // error feedback state, one element per element
-  std::vector<Bucket> buckets_;           // in buffer order; reduced from the last one down
-  size_t nextToSubmit_ = 0;               // index into the reduction order
+  std::vector<uint8_t> residual_;  // error feedback state, one element per element
+  std::vector<Bucket> buckets_;    // in buffer order; reduced from the last one down
+  size_t nextToSubmit_ = 0;        // index into the reduction order
   bool inIteration_ = false;
-  std::map<size_t, size_t> marked_;       // ranges marked this iteration: offset -> end
+  std::map<size_t, size_t> marked_;  // ranges marked this iteration: offset -> end
 };
 
 }  // namespace gs::control

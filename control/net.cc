@@ -18,7 +18,8 @@ namespace gs::control {
 
 std::optional<IpAddress> IpAddress::tryParse(const std::string& text) {
   std::string s = text;
-  if (s.size() >= 2 && s.front() == '[' && s.back() == ']') s = s.substr(1, s.size() - 2);
+  if (s.size() >= 2 && s.front() == '[' && s.back() == ']')
+    s = s.substr(1, s.size() - 2);
   IpAddress out;
   if (inet_pton(AF_INET, s.c_str(), out.bytes.data()) == 1) {
     out.family = Family::kV4;
@@ -41,27 +42,30 @@ IpAddress IpAddress::parse(const std::string& text, const char* what) {
 std::string IpAddress::toString() const {
   char buf[INET6_ADDRSTRLEN] = {};
   int af = family == Family::kV4 ? AF_INET : AF_INET6;
-  if (inet_ntop(af, bytes.data(), buf, sizeof(buf)) == nullptr) return "<invalid address>";
+  if (inet_ntop(af, bytes.data(), buf, sizeof(buf)) == nullptr)
+    return "<invalid address>";
   return buf;
 }
 
 bool IpAddress::isLoopback() const {
-  if (family == Family::kV4) return bytes[0] == 127;
-  static const std::array<uint8_t, 16> kV6Loopback{0, 0, 0, 0, 0, 0, 0, 0,
-                                                   0, 0, 0, 0, 0, 0, 0, 1};
+  if (family == Family::kV4)
+    return bytes[0] == 127;
+  static const std::array<uint8_t, 16> kV6Loopback{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
   return bytes == kV6Loopback;
 }
 
 bool IpAddress::isUnspecified() const {
   for (uint8_t b : bytes) {
-    if (b != 0) return false;
+    if (b != 0)
+      return false;
   }
   return true;
 }
 
 uint16_t parsePort(const std::string& text, const char* what) {
   bool digits = !text.empty() && text.size() <= 5;
-  for (char c : text) digits = digits && c >= '0' && c <= '9';
+  for (char c : text)
+    digits = digits && c >= '0' && c <= '9';
   long value = digits ? std::stol(text) : 0;
   GS_CHECK(digits && value >= 1 && value <= 65535, Errc::kInvalidArgument,
            "%s: '%s' is not a port number (1..65535)", what, text.c_str());
@@ -74,8 +78,7 @@ HostPort parseHostPort(const std::string& text, const char* what) {
   if (!text.empty() && text.front() == '[') {
     size_t close = text.find(']');
     GS_CHECK(close != std::string::npos && close + 1 < text.size() && text[close + 1] == ':',
-             Errc::kInvalidArgument, "%s: '%s' is not of the form [ipv6]:port", what,
-             text.c_str());
+             Errc::kInvalidArgument, "%s: '%s' is not of the form [ipv6]:port", what, text.c_str());
     out.host = text.substr(1, close - 1);
     portText = text.substr(close + 2);
   } else {
@@ -102,7 +105,8 @@ std::string formatEndpoint(const IpAddress& address, uint16_t port) {
 }
 
 IpAddress resolveHost(const std::string& host, const char* what) {
-  if (auto numeric = IpAddress::tryParse(host)) return *numeric;
+  if (auto numeric = IpAddress::tryParse(host))
+    return *numeric;
   namespace ip = boost::asio::ip;
   boost::asio::io_context io;
   ip::tcp::resolver resolver(io);
@@ -137,7 +141,8 @@ std::string interfaceAddress(const std::string& ifname) {
   std::unique_ptr<ifaddrs, void (*)(ifaddrs*)> guard(list, freeifaddrs);
   std::optional<IpAddress> v4, v6;
   for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
-    if (it->ifa_addr == nullptr || ifname != it->ifa_name) continue;
+    if (it->ifa_addr == nullptr || ifname != it->ifa_name)
+      continue;
     IpAddress a;
     if (it->ifa_addr->sa_family == AF_INET && !v4) {
       const auto* sin = reinterpret_cast<const sockaddr_in*>(it->ifa_addr);
@@ -147,7 +152,8 @@ std::string interfaceAddress(const std::string& ifname) {
       const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(it->ifa_addr);
       // Link-local addresses need a scope id that means nothing on the other hosts, so they
       // cannot go into a unique id.
-      if (IN6_IS_ADDR_LINKLOCAL(&sin6->sin6_addr)) continue;
+      if (IN6_IS_ADDR_LINKLOCAL(&sin6->sin6_addr))
+        continue;
       a.family = IpAddress::Family::kV6;
       memcpy(a.bytes.data(), &sin6->sin6_addr, 16);
       v6 = a;

@@ -49,7 +49,8 @@ std::array<uint8_t, UniqueId::kBytes> UniqueId::serialize() const {
   memcpy(out.data() + kOffAddress, address.bytes.data(), addrLen);
   memcpy(out.data() + kOffSecret, secret.data(), secret.size());
   uint64_t sum = checksum(out.data());
-  for (int i = 0; i < 8; ++i) out[kOffChecksum + i] = static_cast<uint8_t>(sum >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    out[kOffChecksum + i] = static_cast<uint8_t>(sum >> (8 * i));
   return out;
 }
 
@@ -64,7 +65,8 @@ UniqueId UniqueId::parse(std::span<const uint8_t> bytes) {
            "(are all ranks running the same gradstream?)",
            p[kOffVersion], kVersion);
   uint64_t sum = 0;
-  for (int i = 7; i >= 0; --i) sum = (sum << 8) | p[kOffChecksum + i];
+  for (int i = 7; i >= 0; --i)
+    sum = (sum << 8) | p[kOffChecksum + i];
   GS_CHECK(sum == checksum(p), Errc::kInvalidArgument,
            "unique id is invalid: checksum mismatch (corrupted in transit?)");
   for (size_t i = kOffReserved; i < kBytes; ++i) {

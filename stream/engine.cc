@@ -34,7 +34,8 @@ constexpr size_t workIndex(transport::WorkId id) {
 
 uint64_t nowNs() {
   return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+          .count());
 }
 
 // Busy-poll this many idle rounds before blocking in the transport: small collectives finish
@@ -72,8 +73,14 @@ struct Engine::Run {
   const codecs::Codec* codec;  // null: raw
 
   Run(Engine& e, const CollectiveArgs& a, uint32_t id, Plan& p, std::vector<LinkRun>& l)
-      : engine(e), args(a), plan(p), links(l), elementSize(elementSize_(a.dtype)), collectiveId(id),
-        completions(e.completions_), codec(a.codec) {}
+      : engine(e),
+        args(a),
+        plan(p),
+        links(l),
+        elementSize(elementSize_(a.dtype)),
+        collectiveId(id),
+        completions(e.completions_),
+        codec(a.codec) {}
   static size_t elementSize_(DataType t) { return gs::elementSize(t); }
 
   [[noreturn]] void fail(Errc code, int blamedRank, const std::string& what) {
@@ -92,8 +99,12 @@ struct Engine::Run {
     return true;
   }
 
-  void fillHeader(codecs::ChunkHeader* h, const SendOp& op, uint64_t seq, uint8_t codecId,
-                  uint32_t metaBytes, uint32_t payloadBytes) const {
+  void fillHeader(codecs::ChunkHeader* h,
+                  const SendOp& op,
+                  uint64_t seq,
+                  uint8_t codecId,
+                  uint32_t metaBytes,
+                  uint32_t payloadBytes) const {
     memset(h, 0, sizeof(*h));
     h->magic = codecs::kChunkMagic;
     h->version = codecs::kChunkVersion;
@@ -114,8 +125,9 @@ struct Engine::Run {
 
   // Seed of stochastic rounding: the same on every run of the same chunk, different per chunk.
   uint64_t seedOf(const SendOp& op) const {
-    return (static_cast<uint64_t>(collectiveId) << 40) ^ (static_cast<uint64_t>(engine.rank_) << 24) ^
-           (static_cast<uint64_t>(op.step) << 32) ^ op.chunkIndex;
+    return (static_cast<uint64_t>(collectiveId) << 40) ^
+           (static_cast<uint64_t>(engine.rank_) << 24) ^ (static_cast<uint64_t>(op.step) << 32) ^
+           op.chunkIndex;
   }
 
   bool postSends(size_t li) {
@@ -142,8 +154,8 @@ struct Engine::Run {
       if (encode) {
         // Header, metadata and payload contiguous in this slot's staging: one segment.
         uint8_t* out = link.encodeStaging(slot);
-        const codecs::EncodedSize size = codec->encode(args.dtype, op.source, op.count,
-                                                       out + sizeof(codecs::ChunkHeader), seedOf(op));
+        const codecs::EncodedSize size = codec->encode(
+            args.dtype, op.source, op.count, out + sizeof(codecs::ChunkHeader), seedOf(op));
         fillHeader(reinterpret_cast<codecs::ChunkHeader*>(out), op, seq,
                    static_cast<uint8_t>(codec->id()), size.metaBytes, size.payloadBytes);
         wireBytes = size.metaBytes + size.payloadBytes;
@@ -160,7 +172,8 @@ struct Engine::Run {
           wireBytes = src.slotMetaBytes + src.slotPayloadBytes;
           const size_t fslot = from.link->slotOf(from.recvBase + op.forwardIndex);
           segs[1] = {&from.link->recvSlotsRegion(),
-                     fslot * from.link->layout().slotBytes() + sizeof(codecs::ChunkHeader), wireBytes};
+                     fslot * from.link->layout().slotBytes() + sizeof(codecs::ChunkHeader),
+                     wireBytes};
         } else {
           wireBytes = static_cast<uint32_t>(op.count * elementSize);
           fillHeader(h, op, seq, static_cast<uint8_t>(codecs::CodecId::kRaw), 0, wireBytes);
@@ -180,8 +193,8 @@ struct Engine::Run {
       if (encode && (op.replica != nullptr || args.residual != nullptr)) {
         const uint8_t* enc = link.encodeStaging(slot);
         uint8_t* decoded = engine.scratch2_.data();
-        decodeOwn(reinterpret_cast<const codecs::ChunkHeader*>(enc), enc + sizeof(codecs::ChunkHeader),
-                  op.count, decoded);
+        decodeOwn(reinterpret_cast<const codecs::ChunkHeader*>(enc),
+                  enc + sizeof(codecs::ChunkHeader), op.count, decoded);
         if (args.residual != nullptr) {
           codecs::updateResidual(args.dtype, op.source, decoded, residualAt(op.source), op.count);
         }
@@ -195,10 +208,12 @@ struct Engine::Run {
       op.postedNs = nowNs();
       lr.logicalBytesSent += op.count * elementSize;
       if (lr.counters != nullptr) {
-        lr.counters->onChunkSent(op.count * elementSize, sizeof(codecs::ChunkHeader) + wireBytes,
-                                 encode ? static_cast<int>(codec->id())
-                                        : static_cast<int>(reinterpret_cast<const codecs::ChunkHeader*>(
-                                              link.headerStaging(slot))->codec));
+        lr.counters->onChunkSent(
+            op.count * elementSize, sizeof(codecs::ChunkHeader) + wireBytes,
+            encode ? static_cast<int>(codec->id())
+                   : static_cast<int>(
+                         reinterpret_cast<const codecs::ChunkHeader*>(link.headerStaging(slot))
+                             ->codec));
         if (lr.creditBlockedSinceNs != 0)
           lr.counters->addCreditWait(op.postedNs - lr.creditBlockedSinceNs);
       }
@@ -230,7 +245,9 @@ struct Engine::Run {
   // Acts on a raw chunk in its slot.
   void applyRaw(RecvOp& op, uint8_t* payload) {
     switch (op.action) {
-      case RecvAction::kCopy: memcpy(op.dst, payload, op.count * elementSize); break;
+      case RecvAction::kCopy:
+        memcpy(op.dst, payload, op.count * elementSize);
+        break;
       case RecvAction::kReduce:
         codecs::reduceInPlace(args.dtype, args.op, op.dst, payload, op.count);
         break;
@@ -318,8 +335,12 @@ struct Engine::Run {
   }
 
   // Decodes a chunk this rank encoded itself (cannot fail unless the codec is broken).
-  void decodeOwn(const codecs::ChunkHeader* h, const uint8_t* encoded, uint32_t count, uint8_t* out) {
-    if (const char* why = codec->decode(args.dtype, encoded, h->metaBytes, h->payloadBytes, count, out))
+  void decodeOwn(const codecs::ChunkHeader* h,
+                 const uint8_t* encoded,
+                 uint32_t count,
+                 uint8_t* out) {
+    if (const char* why =
+            codec->decode(args.dtype, encoded, h->metaBytes, h->payloadBytes, count, out))
       fail(Errc::kInternal, engine.rank_, formatString("own chunk does not decode: %s", why));
   }
 
@@ -444,7 +465,8 @@ struct Engine::Run {
   bool findAbortNotice(size_t failed, Deadline deadline, int* origin, int* reporter) {
     std::array<Completion, 16> sink;
     bool any = false;
-    for (size_t li = 0; li < links.size(); ++li) any |= li != failed && links[li].link != links[failed].link;
+    for (size_t li = 0; li < links.size(); ++li)
+      any |= li != failed && links[li].link != links[failed].link;
     if (!any)
       return false;
     while (!deadline.expired()) {
@@ -454,7 +476,8 @@ struct Engine::Run {
           continue;
         const size_t n = other.connection().poll(sink);
         for (size_t k = 0; k < n; ++k) {
-          if (sink[k].kind == CompletionKind::kRemoteWrite && immTag(sink[k].imm) == ImmTag::kAbort) {
+          if (sink[k].kind == CompletionKind::kRemoteWrite &&
+              immTag(sink[k].imm) == ImmTag::kAbort) {
             *origin = static_cast<int>(sink[k].imm & kImmPayloadMask);
             *reporter = other.peer();
             return true;
@@ -582,7 +605,8 @@ struct Engine::Run {
         progress |= postSends(li);
       }
       if (!progress) {
-        for (size_t li = 0; li < links.size(); ++li) progress |= returnCredits(li, true);
+        for (size_t li = 0; li < links.size(); ++li)
+          progress |= returnCredits(li, true);
       }
       if (done())
         return;
@@ -669,11 +693,11 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
   // decoded one, and replicas would differ.)
   const bool latencyBound = args.codec == nullptr && args.count * esize <= kLatencyBoundBytes;
   p->schedule = buildSchedule(args.kind, rank_, nranks_, args.root, args.count, latencyBound);
-  p->algorithm = args.kind == CollectiveKind::kBroadcast
-                     ? "chain"
-                     : (args.kind == CollectiveKind::kAllReduce && latencyBound && nranks_ == 2
-                            ? "exchange"
-                            : "ring");
+  p->algorithm =
+      args.kind == CollectiveKind::kBroadcast
+          ? "chain"
+          : (args.kind == CollectiveKind::kAllReduce && latencyBound && nranks_ == 2 ? "exchange"
+                                                                                     : "ring");
   const auto* send = static_cast<const uint8_t*>(args.send);
   auto* recv = static_cast<uint8_t*>(args.recv);
   if (!p->schedule.steps.empty()) {
@@ -708,9 +732,9 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
   }
   p->lastUse = ++useClock_;
   if (prepared_.size() >= kPreparedCapacity) {
-    auto oldest = std::min_element(prepared_.begin(), prepared_.end(), [](const auto& a, const auto& b) {
-      return a->lastUse < b->lastUse;
-    });
+    auto oldest =
+        std::min_element(prepared_.begin(), prepared_.end(),
+                         [](const auto& a, const auto& b) { return a->lastUse < b->lastUse; });
     *oldest = std::move(p);
     return **oldest;
   }
@@ -742,7 +766,8 @@ void Engine::run(const CollectiveArgs& args) {
     lr.posted = lr.completed = lr.processed = lr.releasedHere = 0;
     lr.creditBlockedSinceNs = lr.logicalBytesSent = 0;
     std::fill(lr.sendDone.begin(), lr.sendDone.end(), 0);
-    for (RecvOp& op : lr.queues->recvs) op.processed = op.forwardDone = false;
+    for (RecvOp& op : lr.queues->recvs)
+      op.processed = op.forwardDone = false;
   }
   Run run(*this, args, id, p.plan, p.links);
   const uint64_t startNs = nowNs();

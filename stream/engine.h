@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "codecs/codec.h"
-#include "monitoring/counters.h"
 #include "common/config.h"
 #include "common/types.h"
+#include "monitoring/counters.h"
 #include "stream/link.h"
 #include "stream/schedule.h"
 #include "transport/device.h"
@@ -39,8 +39,8 @@ struct CollectiveArgs {
 /// Figures of the last collective (for tools and, later, metrics).
 struct CollectiveStats {
   uint64_t chunksSent = 0;
-  uint64_t bytesSent = 0;  // payload + headers
-  uint64_t bytesLogical = 0;   // the same chunks' elements before encoding
+  uint64_t bytesSent = 0;     // payload + headers
+  uint64_t bytesLogical = 0;  // the same chunks' elements before encoding
   uint64_t chunksReceived = 0;
 };
 
@@ -83,7 +83,9 @@ class Engine {
 
   /// Per-peer counters the data path updates (relaxed atomics; set up before the first
   /// collective; entries may be null).
-  void setLinkCounters(std::vector<monitoring::LinkCounters*> byPeer) { counters_ = std::move(byPeer); }
+  void setLinkCounters(std::vector<monitoring::LinkCounters*> byPeer) {
+    counters_ = std::move(byPeer);
+  }
   uint32_t collectivesRun() const { return collectiveId_; }
 
  private:

@@ -35,7 +35,8 @@ Link::Link(int peer, transport::Device& device, const SlotLayout& layout)
 }
 
 void Link::ensureEncodeStaging(transport::Device& device) {
-  if (encode_) return;
+  if (encode_)
+    return;
   const size_t bytes = layout_.slots * layout_.slotBytes();
   encode_.reset(allocatePages(bytes));
   encodeMr_ = device.registerMemory(encode_.get(), bytes);

@@ -42,7 +42,10 @@ void appendReduceScatter(Schedule& s, SegmentFn segment, BufferRange finalDst, b
 // (or is sent from ownSource). Step k: send block (r-k), receive block (r-k-1) and keep it
 // for forwarding unless it is the last step.
 template <class SegmentFn>
-void appendAllGather(Schedule& s, SegmentFn segment, BufferRange ownSource, BufferRange ownReplica) {
+void appendAllGather(Schedule& s,
+                     SegmentFn segment,
+                     BufferRange ownSource,
+                     BufferRange ownReplica) {
   const int r = s.rank, n = s.nranks, right = mod(r + 1, n), left = mod(r - 1, n);
   for (int k = 0; k + 1 < n; ++k) {
     Step st;

@@ -35,7 +35,7 @@ enum class RecvAction : uint8_t {
 struct Step {
   int sendPeer = -1;  // -1: this step sends nothing
   bool sendForwardsPrevious = false;
-  BufferRange send;   // when !sendForwardsPrevious
+  BufferRange send;  // when !sendForwardsPrevious
   // This send carries final data every rank keeps (allgather phase, broadcast root). With a
   // lossy codec the sender overwrites its own copy, `replica`, with decode(encode(data)), so
   // all replicas end bit-identical.

@@ -31,8 +31,11 @@ class Connection {
   /// be zero) land in the peer's region named by dst, at dstOffset; the peer then gets a
   /// kRemoteWrite completion carrying imm and the byte count. The segments must stay untouched
   /// until our kWrite completion with this id.
-  virtual PostResult postWrite(std::span<const LocalSegment> segments, const RemoteKey& dst,
-                               uint64_t dstOffset, uint32_t imm, WorkId id) = 0;
+  virtual PostResult postWrite(std::span<const LocalSegment> segments,
+                               const RemoteKey& dst,
+                               uint64_t dstOffset,
+                               uint32_t imm,
+                               WorkId id) = 0;
 
   /// Two-sided send into the next buffer the peer posted with postRecv (FIFO). A send longer
   /// than that buffer fails the connection.

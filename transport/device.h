@@ -16,21 +16,21 @@
 namespace gs::transport {
 
 struct DeviceProperties {
-  std::string name;            // "tcp", "loopback", "verbs:mlx5_0:1"
-  double bandwidthGbps = 0;    // nominal link speed
-  double latencyUs = 0;        // nominal one-way latency
+  std::string name;          // "tcp", "loopback", "verbs:mlx5_0:1"
+  double bandwidthGbps = 0;  // nominal link speed
+  double latencyUs = 0;      // nominal one-way latency
   bool supportsGpuMemory = false;
   bool supportsDmaBuf = false;
-  size_t maxWriteBytes = 0;    // largest single postWrite payload
+  size_t maxWriteBytes = 0;  // largest single postWrite payload
 };
 
 /// What a backend needs to open a device for one rank of one communicator.
 struct DeviceOptions {
   int rank = 0;
   int nranks = 1;
-  Secret secret{};           // peers prove they hold it when connecting
-  std::string bindAddress;   // local IP address to listen on (tcp); "127.0.0.1" by default
-  uint64_t fabricId = 0;     // loopback: devices with the same id in one process can connect
+  Secret secret{};          // peers prove they hold it when connecting
+  std::string bindAddress;  // local IP address to listen on (tcp); "127.0.0.1" by default
+  uint64_t fabricId = 0;    // loopback: devices with the same id in one process can connect
   Config config;
 };
 
@@ -52,7 +52,8 @@ class Device {
 
   /// Connects to peer (both sides call it, each with the other's blob). Blocks until the
   /// connection is authenticated and ready or the deadline passes (kTimeout naming the peer).
-  virtual std::unique_ptr<Connection> connect(int peer, std::span<const uint8_t> peerAddress,
+  virtual std::unique_ptr<Connection> connect(int peer,
+                                              std::span<const uint8_t> peerAddress,
                                               Deadline deadline) = 0;
 
   /// Blocks until some connection of this device may have progress to make, interrupt() is

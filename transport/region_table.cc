@@ -24,7 +24,8 @@ void RegionTable::remove(uint32_t id) noexcept {
 bool RegionTable::find(uint32_t id, Entry* out) const noexcept {
   std::shared_lock lock(mutex_);
   auto it = regions_.find(id);
-  if (it == regions_.end()) return false;
+  if (it == regions_.end())
+    return false;
   *out = it->second;
   return true;
 }

@@ -35,7 +35,8 @@ class RegionTable {
   bool withRegion(uint32_t id, Fn&& fn) const {
     std::shared_lock lock(mutex_);
     auto it = regions_.find(id);
-    if (it == regions_.end()) return false;
+    if (it == regions_.end())
+      return false;
     fn(it->second);
     return true;
   }
@@ -49,7 +50,8 @@ class RegionTable {
   }
   /// The id a RemoteKey carries; 0 (never a valid id) when the key is malformed.
   static uint32_t idOf(const RemoteKey& key) noexcept {
-    if (key.length != sizeof(uint32_t)) return 0;
+    if (key.length != sizeof(uint32_t))
+      return 0;
     uint32_t id = 0;
     std::memcpy(&id, key.bytes, sizeof(id));
     return id;

@@ -10,7 +10,8 @@ namespace gs::transport {
 template <class T>
 class Ring {
  public:
-  explicit Ring(size_t capacity = 0) : slots_(new T[capacity ? capacity : 1]), capacity_(capacity) {}
+  explicit Ring(size_t capacity = 0)
+      : slots_(new T[capacity ? capacity : 1]), capacity_(capacity) {}
 
   size_t size() const { return size_; }
   size_t capacity() const { return capacity_; }
@@ -20,7 +21,8 @@ class Ring {
 
   /// Appends; false (and nothing changes) when full.
   bool push(const T& value) {
-    if (full()) return false;
+    if (full())
+      return false;
     slots_[(head_ + size_) % capacity_] = value;
     ++size_;
     return true;

@@ -57,7 +57,8 @@ typedef enum {
 
 typedef enum { GS_SUM = 0, GS_AVG = 1, GS_MIN = 2, GS_MAX = 3, GS_PROD = 4 } gs_redop_t;
 
-/** A CUDA stream (ABI-identical to cudaStream_t); declared here so C callers need no CUDA header. */
+/** A CUDA stream (ABI-identical to cudaStream_t); declared here so C callers need no CUDA header.
+ */
 struct CUstream_st;
 
 typedef struct gs_comm_s* gs_comm_t;
@@ -162,20 +163,20 @@ GS_API gs_status_t gs_comm_destroy(gs_comm_t comm);
  */
 typedef struct {
   size_t struct_size;
-  uint64_t collectives;           /**< collectives completed on this rank */
-  uint64_t errors;                /**< collectives that failed */
-  uint64_t bytes_logical;         /**< element bytes this rank sent, before encoding */
-  uint64_t bytes_wire;            /**< bytes this rank put on the wire (headers, metadata, payload) */
+  uint64_t collectives;   /**< collectives completed on this rank */
+  uint64_t errors;        /**< collectives that failed */
+  uint64_t bytes_logical; /**< element bytes this rank sent, before encoding */
+  uint64_t bytes_wire;    /**< bytes this rank put on the wire (headers, metadata, payload) */
   uint64_t chunks_sent;
   uint64_t chunks_received;
-  double compression_ratio;       /**< bytes_logical / bytes_wire */
-  double credit_wait_seconds;     /**< time ready chunks waited for a peer's receive slot */
+  double compression_ratio;         /**< bytes_logical / bytes_wire */
+  double credit_wait_seconds;       /**< time ready chunks waited for a peer's receive slot */
   double chunk_latency_p50_seconds; /**< post-to-completion, upper bound of the histogram bucket */
   double chunk_latency_p99_seconds;
-  double last_seconds;            /**< duration of the last collective */
-  double last_algbw;              /**< its algbw and busbw in bytes/s (nccl-tests conventions) */
+  double last_seconds; /**< duration of the last collective */
+  double last_algbw;   /**< its algbw and busbw in bytes/s (nccl-tests conventions) */
   double last_busbw;
-  char metrics_address[64];       /**< "host:port" of the Prometheus exporter, "" when off */
+  char metrics_address[64]; /**< "host:port" of the Prometheus exporter, "" when off */
 } gs_comm_stats_t;
 
 GS_API gs_status_t gs_comm_stats(gs_comm_t comm, gs_comm_stats_t* out_stats);
@@ -255,8 +256,12 @@ typedef struct {
 GS_API gs_status_t gs_stream_config_init(gs_stream_config_t* config);
 /** Opens a stream over buffer (count elements); config may be NULL. The buffer must stay valid
  * until gs_stream_close. The communicator must outlive the stream. */
-GS_API gs_status_t gs_stream_open(gs_comm_t comm, void* buffer, size_t count, gs_dtype_t dtype,
-                                  gs_redop_t op, const gs_stream_config_t* config,
+GS_API gs_status_t gs_stream_open(gs_comm_t comm,
+                                  void* buffer,
+                                  size_t count,
+                                  gs_dtype_t dtype,
+                                  gs_redop_t op,
+                                  const gs_stream_config_t* config,
                                   gs_stream_t* out_stream);
 /** Starts an iteration (the previous one must have been waited for). */
 GS_API gs_status_t gs_stream_begin(gs_stream_t stream);

@@ -20,8 +20,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -33,6 +31,8 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #ifndef GS_PERF_EXE
 #error "GS_PERF_EXE must name the gradstream-perf binary"
@@ -61,14 +61,17 @@ class TempDir {
     std::string tmpl = std::string(base && *base ? base : "/tmp") + "/gsit-XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
-    if (mkdtemp(buf.data()) != nullptr) path_ = buf.data();
+    if (mkdtemp(buf.data()) != nullptr)
+      path_ = buf.data();
   }
   ~TempDir() {
-    if (path_.empty()) return;
+    if (path_.empty())
+      return;
     if (DIR* d = opendir(path_.c_str())) {
       while (dirent* e = readdir(d)) {
         std::string name = e->d_name;
-        if (name != "." && name != "..") unlink((path_ + "/" + name).c_str());
+        if (name != "." && name != "..")
+          unlink((path_ + "/" + name).c_str());
       }
       closedir(d);
     }
@@ -83,34 +86,55 @@ class TempDir {
 // One child process in its own process group, stdout and stderr in files.
 class Child {
  public:
-  Child(std::string name, const std::vector<std::string>& argv, const Env& env,
+  Child(std::string name,
+        const std::vector<std::string>& argv,
+        const Env& env,
         const std::string& dir)
       : name_(std::move(name)), out_(dir + "/" + name_ + ".out"), err_(dir + "/" + name_ + ".err") {
     pid_ = fork();
     if (pid_ == 0) {
       setpgid(0, 0);
       // Nothing from the test runner's own launch environment may leak into the ranks.
-      static const char* const kClear[] = {
-          "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
-          "PMI_RANK", "PMI_SIZE", "GS_TRANSPORT", "GS_TIMEOUT_MS", "GS_CHUNK_BYTES",
-          "GS_SLOTS_PER_PEER", "GS_TCP_SOCKETS", "GS_CODEC", "GS_METRICS_ADDR",
-          "GS_SOCKET_IFNAME", "GS_SECRET"};
-      for (const char* v : kClear) unsetenv(v);
-      for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+      static const char* const kClear[] = {"RANK",
+                                           "WORLD_SIZE",
+                                           "LOCAL_RANK",
+                                           "MASTER_ADDR",
+                                           "MASTER_PORT",
+                                           "OMPI_COMM_WORLD_RANK",
+                                           "OMPI_COMM_WORLD_SIZE",
+                                           "SLURM_PROCID",
+                                           "SLURM_NTASKS",
+                                           "PMI_RANK",
+                                           "PMI_SIZE",
+                                           "GS_TRANSPORT",
+                                           "GS_TIMEOUT_MS",
+                                           "GS_CHUNK_BYTES",
+                                           "GS_SLOTS_PER_PEER",
+                                           "GS_TCP_SOCKETS",
+                                           "GS_CODEC",
+                                           "GS_METRICS_ADDR",
+                                           "GS_SOCKET_IFNAME",
+                                           "GS_SECRET"};
+      for (const char* v : kClear)
+        unsetenv(v);
+      for (const auto& [k, v] : env)
+        setenv(k.c_str(), v.c_str(), 1);
       int o = open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
       int e = open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (o < 0 || e < 0) _exit(126);
+      if (o < 0 || e < 0)
+        _exit(126);
       dup2(o, 1);
       dup2(e, 2);
       std::vector<char*> args;
-      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      for (const auto& a : argv)
+        args.push_back(const_cast<char*>(a.c_str()));
       args.push_back(nullptr);
       execvp(args[0], args.data());
       perror("execvp");
       _exit(127);
     }
-    if (pid_ > 0) setpgid(pid_, pid_);  // also here: no race with the child's own call
+    if (pid_ > 0)
+      setpgid(pid_, pid_);  // also here: no race with the child's own call
   }
   Child(const Child&) = delete;
   Child& operator=(const Child&) = delete;
@@ -137,13 +161,17 @@ class Child {
         code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         break;
       }
-      if (Clock::now() >= deadline) return false;
+      if (Clock::now() >= deadline)
+        return false;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     return true;
   }
 
-  void killGroup(int sig) { if (pid_ > 0 && !exited_) kill(-pid_, sig); }
+  void killGroup(int sig) {
+    if (pid_ > 0 && !exited_)
+      kill(-pid_, sig);
+  }
 
   bool exited() const { return exited_; }
   int code() const { return code_; }
@@ -162,7 +190,8 @@ class Child {
     std::istringstream in(out());
     std::string line, last;
     while (std::getline(in, line)) {
-      if (line.rfind("RESULT ", 0) == 0) last = line;
+      if (line.rfind("RESULT ", 0) == 0)
+        last = line;
     }
     static const std::regex re("^RESULT rank=(-?[0-9]+) status=(\\S+) message=(.*)$");
     std::smatch m;
@@ -198,7 +227,8 @@ double secondsBetween(Clock::time_point a, Clock::time_point b) {
 // that is rare enough for a test.
 int freePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
+  if (fd < 0)
+    return -1;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -220,13 +250,17 @@ void expectPerfTableClean(const std::string& out, const std::string& context) {
   int rows = 0;
   bool summary = false;
   while (std::getline(in, line)) {
-    if (line.find("# Out of bounds values : 0 OK") != std::string::npos) summary = true;
-    if (line.empty() || line[0] == '#') continue;
+    if (line.find("# Out of bounds values : 0 OK") != std::string::npos)
+      summary = true;
+    if (line.empty() || line[0] == '#')
+      continue;
     std::istringstream fields(line);
     std::vector<std::string> f;
     std::string w;
-    while (fields >> w) f.push_back(w);
-    if (f.size() != 9) continue;
+    while (fields >> w)
+      f.push_back(w);
+    if (f.size() != 9)
+      continue;
     ++rows;
     EXPECT_EQ(f.back(), "0") << "#wrong is not 0 in row '" << line << "'\n" << context;
   }
@@ -247,10 +281,13 @@ std::vector<PerfCase> perfCases() {
   const std::vector<std::pair<const char*, std::vector<std::string>>> shapes = {
       {"AllreduceFloat32Sum", {"--coll", "allreduce", "-d", "float32", "-o", "sum"}},
       {"AllreduceBfloat16Max", {"--coll", "allreduce", "-d", "bfloat16", "-o", "max"}},
-      {"AllreduceInt32AvgInPlace", {"--coll", "allreduce", "-d", "int32", "-o", "avg", "--inplace"}},
-      {"AllreduceFloat16ProdInPlace", {"--coll", "allreduce", "-d", "float16", "-o", "prod", "--inplace"}},
+      {"AllreduceInt32AvgInPlace",
+       {"--coll", "allreduce", "-d", "int32", "-o", "avg", "--inplace"}},
+      {"AllreduceFloat16ProdInPlace",
+       {"--coll", "allreduce", "-d", "float16", "-o", "prod", "--inplace"}},
       {"ReduceScatterFloat32Sum", {"--coll", "reduce_scatter", "-d", "float32", "-o", "sum"}},
-      {"ReduceScatterBfloat16MinInPlace", {"--coll", "reduce_scatter", "-d", "bfloat16", "-o", "min", "--inplace"}},
+      {"ReduceScatterBfloat16MinInPlace",
+       {"--coll", "reduce_scatter", "-d", "bfloat16", "-o", "min", "--inplace"}},
       {"ReduceScatterInt64Avg", {"--coll", "reduce_scatter", "-d", "int64", "-o", "avg"}},
       {"AllgatherFloat32", {"--coll", "allgather", "-d", "float32"}},
       {"AllgatherUint8InPlace", {"--coll", "allgather", "-d", "uint8", "--inplace"}},
@@ -269,7 +306,8 @@ std::vector<PerfCase> perfCases() {
 // Readable parameters in test output instead of a byte dump.
 void PrintTo(const PerfCase& c, std::ostream* os) {
   *os << c.ranks << " ranks:";
-  for (const auto& a : c.args) *os << ' ' << a;
+  for (const auto& a : c.args)
+    *os << ' ' << a;
 }
 
 class Perf : public ::testing::TestWithParam<PerfCase> {};
@@ -278,12 +316,16 @@ TEST_P(Perf, NoWrongElements) {
   const PerfCase& c = GetParam();
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
-  std::vector<std::string> argv = {GS_PERF_EXE, "--ranks", std::to_string(c.ranks), "-b", "1K",
-                                   "-e", "4M", "-f", "16", "-n", "3", "-w", "1", "-c", "1",
+  std::vector<std::string> argv = {GS_PERF_EXE, "--ranks", std::to_string(c.ranks),
+                                   "-b",        "1K",      "-e",
+                                   "4M",        "-f",      "16",
+                                   "-n",        "3",       "-w",
+                                   "1",         "-c",      "1",
                                    "--timeout", "25"};
   argv.insert(argv.end(), c.args.begin(), c.args.end());
   std::string cmd;
-  for (const auto& a : argv) cmd += a + " ";
+  for (const auto& a : argv)
+    cmd += a + " ";
   Child perf("perf", argv, {{"GS_TIMEOUT_MS", "10000"}}, dir.path());
   ASSERT_TRUE(perf.started());
   const bool exited = perf.waitUntil(after(28));
@@ -293,20 +335,24 @@ TEST_P(Perf, NoWrongElements) {
   expectPerfTableClean(perf.out(), context);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tcp, Perf, ::testing::ValuesIn(perfCases()),
-                         [](const ::testing::TestParamInfo<PerfCase>& p) {
-                           return std::string(p.param.name) + "_" +
-                                  std::to_string(p.param.ranks) + "Ranks";
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Tcp, Perf, ::testing::ValuesIn(perfCases()), [](const ::testing::TestParamInfo<PerfCase>& p) {
+      return std::string(p.param.name) + "_" + std::to_string(p.param.ranks) + "Ranks";
+    });
 
 // ------------------------------------------------------------------------------------------
 // Ranks of gs-integ-rank launched by the test itself.
 
 class Ranks {
  public:
-  Ranks(const std::string& dir, int nranks, int port, const std::string& count,
-        const std::string& iters, const std::string& timeoutMs,
-        const std::map<int, std::string>& secretOverride = {}, const Env& extra = {}) {
+  Ranks(const std::string& dir,
+        int nranks,
+        int port,
+        const std::string& count,
+        const std::string& iters,
+        const std::string& timeoutMs,
+        const std::map<int, std::string>& secretOverride = {},
+        const Env& extra = {}) {
     for (int r = 0; r < nranks; ++r) {
       auto it = secretOverride.find(r);
       Env env = {{"RANK", std::to_string(r)},
@@ -317,16 +363,17 @@ class Ranks {
                  {"GS_TIMEOUT_MS", timeoutMs},
                  {"GS_DEBUG", "warn"}};
       env.insert(env.end(), extra.begin(), extra.end());
-      children_.push_back(std::make_unique<Child>("rank" + std::to_string(r),
-                                                  std::vector<std::string>{GS_RANK_EXE, "loop", count, iters},
-                                                  env, dir));
+      children_.push_back(std::make_unique<Child>(
+          "rank" + std::to_string(r), std::vector<std::string>{GS_RANK_EXE, "loop", count, iters},
+          env, dir));
     }
   }
   Child& operator[](int r) { return *children_[r]; }
   int size() const { return static_cast<int>(children_.size()); }
   std::string describe() const {
     std::string s;
-    for (const auto& c : children_) s += c->describe();
+    for (const auto& c : children_)
+      s += c->describe();
     return s;
   }
 
@@ -341,7 +388,8 @@ TEST(Loop, FourRanksVerifiedAllreduces) {
   ASSERT_GT(port, 0);
   Ranks ranks(dir.path(), 4, port, "262147", "20", "10000");  // odd count: uneven chunks
   for (int r = 0; r < 4; ++r) {
-    ASSERT_TRUE(ranks[r].waitUntil(after(25))) << "rank " << r << " still running\n" << ranks.describe();
+    ASSERT_TRUE(ranks[r].waitUntil(after(25))) << "rank " << r << " still running\n"
+                                               << ranks.describe();
   }
   for (int r = 0; r < 4; ++r) {
     auto res = ranks[r].result();
@@ -399,20 +447,23 @@ void deadPeer(const Env& extra) {
   // Every survivor must notice within the timeout plus a margin for process exit.
   const auto deadline = killed + std::chrono::milliseconds(kTimeoutMs + 3000);
   for (int r = 0; r < kRanks; ++r) {
-    if (r == kVictim) continue;
+    if (r == kVictim)
+      continue;
     EXPECT_TRUE(ranks[r].waitUntil(deadline))
-        << "rank " << r << " still running " << (kTimeoutMs + 3000) << " ms after rank "
-        << kVictim << " was killed\n" << ranks.describe();
+        << "rank " << r << " still running " << (kTimeoutMs + 3000) << " ms after rank " << kVictim
+        << " was killed\n"
+        << ranks.describe();
   }
   const std::regex namesVictim("\\brank " + std::to_string(kVictim) + "\\b");
   for (int r = 0; r < kRanks; ++r) {
-    if (r == kVictim || !ranks[r].exited()) continue;
+    if (r == kVictim || !ranks[r].exited())
+      continue;
     auto res = ranks[r].result();
     const double seconds = secondsBetween(killed, ranks[r].exitTime());
     // Neighbours (1 and 3) see the broken connection, the far rank (0) the abort they
     // forward; all of them must report GS_ERR_REMOTE, never a timeout.
-    EXPECT_EQ(res["status"], "GS_ERR_REMOTE")
-        << "rank " << r << " after " << seconds << " s\n" << ranks.describe();
+    EXPECT_EQ(res["status"], "GS_ERR_REMOTE") << "rank " << r << " after " << seconds << " s\n"
+                                              << ranks.describe();
     EXPECT_EQ(ranks[r].code(), 5) << ranks.describe();
     EXPECT_TRUE(std::regex_search(res["message"], namesVictim))
         << "rank " << r << "'s message does not name rank " << kVictim << ": " << res["message"];
@@ -427,7 +478,9 @@ TEST(DeadPeer, OneSocketPerPeerKilledRankGivesRemoteErrorNamingIt) {
 }
 
 // The default configuration (2 sockets per peer). Flaky because of the bug described above.
-TEST(DeadPeer, KilledRankGivesRemoteErrorNamingItOnEveryOtherRank) { deadPeer({}); }
+TEST(DeadPeer, KilledRankGivesRemoteErrorNamingItOnEveryOtherRank) {
+  deadPeer({});
+}
 
 // ------------------------------------------------------------------------------------------
 // d. Wrong secret across processes.
@@ -503,7 +556,8 @@ std::string shOut(const std::string& command) {
   std::string out;
   if (FILE* p = popen(command.c_str(), "r")) {
     char buf[256];
-    while (fgets(buf, sizeof(buf), p)) out += buf;
+    while (fgets(buf, sizeof(buf), p))
+      out += buf;
     pclose(p);
   }
   return out;
@@ -512,19 +566,24 @@ std::string shOut(const std::string& command) {
 class Netns : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
-    if (!sh("ip netns list")) GTEST_SKIP() << "'ip netns' does not work here (iproute2 missing?)";
+    if (geteuid() != 0)
+      GTEST_SKIP() << "needs root to create network namespaces";
+    if (!sh("ip netns list"))
+      GTEST_SKIP() << "'ip netns' does not work here (iproute2 missing?)";
     removeStale();
     const std::string id = std::to_string(getpid());
     a_ = "gsit-" + id + "-a";
     b_ = "gsit-" + id + "-b";
     vethA_ = "gsit" + id + "a";
     vethB_ = "gsit" + id + "b";
-    if (!sh("ip netns add " + a_)) GTEST_SKIP() << "'ip netns add' failed (no privilege?)";
+    if (!sh("ip netns add " + a_))
+      GTEST_SKIP() << "'ip netns add' failed (no privilege?)";
     created_ = true;
-    if (!sh("ip netns add " + b_)) GTEST_SKIP() << "'ip netns add' failed for the second namespace";
+    if (!sh("ip netns add " + b_))
+      GTEST_SKIP() << "'ip netns add' failed for the second namespace";
     const std::string steps[] = {
-        "ip link add " + vethA_ + " netns " + a_ + " type veth peer name " + vethB_ + " netns " + b_,
+        "ip link add " + vethA_ + " netns " + a_ + " type veth peer name " + vethB_ + " netns " +
+            b_,
         "ip -n " + a_ + " addr add 198.18.0.1/24 dev " + vethA_,
         "ip -n " + b_ + " addr add 198.18.0.2/24 dev " + vethB_,
         "ip -n " + a_ + " link set " + vethA_ + " up",
@@ -533,11 +592,13 @@ class Netns : public ::testing::Test {
         "ip -n " + b_ + " link set lo up",
     };
     for (const auto& step : steps) {
-      if (!sh(step)) GTEST_SKIP() << "cannot set up the namespaces: '" << step << "' failed";
+      if (!sh(step))
+        GTEST_SKIP() << "cannot set up the namespaces: '" << step << "' failed";
     }
   }
   void TearDown() override {
-    if (!created_) return;
+    if (!created_)
+      return;
     sh("ip netns del " + a_);
     sh("ip netns del " + b_);
   }
@@ -557,7 +618,8 @@ class Netns : public ::testing::Test {
 
   uint64_t txBytes(const std::string& ns, const std::string& dev) {
     return strtoull(shOut("ip netns exec " + ns + " cat /sys/class/net/" + dev +
-                          "/statistics/tx_bytes 2>/dev/null").c_str(),
+                          "/statistics/tx_bytes 2>/dev/null")
+                        .c_str(),
                     nullptr, 10);
   }
 
@@ -569,18 +631,17 @@ class Netns : public ::testing::Test {
     std::vector<std::unique_ptr<Child>> ranks;
     for (int r = 0; r < 2; ++r) {
       const std::string ns = r == 0 ? a_ : b_;
-      Env env = {{"RANK", std::to_string(r)},
-                 {"WORLD_SIZE", "2"},
-                 {"MASTER_ADDR", "198.18.0.1"},
-                 {"MASTER_PORT", "29517"},  // a fresh namespace: every port is free
-                 {"GS_SECRET", "gsit-netns"},
-                 {"GS_TIMEOUT_MS", "10000"}};
-      if (withIfname) env.push_back({"GS_SOCKET_IFNAME", r == 0 ? vethA_ : vethB_});
+      Env env = {
+          {"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},       {"MASTER_ADDR", "198.18.0.1"},
+          {"MASTER_PORT", "29517"},  // a fresh namespace: every port is free
+          {"GS_SECRET", "gsit-netns"}, {"GS_TIMEOUT_MS", "10000"}};
+      if (withIfname)
+        env.push_back({"GS_SOCKET_IFNAME", r == 0 ? vethA_ : vethB_});
       ranks.push_back(std::make_unique<Child>(
           "rank" + std::to_string(r),
           std::vector<std::string>{"ip", "netns", "exec", ns, GS_PERF_EXE, "--coll", "allreduce",
-                                   "-b", "1K", "-e", "4M", "-f", "16", "-n", "3", "-w", "1",
-                                   "-c", "1"},
+                                   "-b", "1K", "-e", "4M", "-f", "16", "-n", "3", "-w", "1", "-c",
+                                   "1"},
           env, dir.path()));
     }
     const auto deadline = after(25);
@@ -588,7 +649,8 @@ class Netns : public ::testing::Test {
     for (auto& c : ranks) {
       bool exited = c->waitUntil(deadline);
       all += c->describe();
-      if (!exited) c->killGroup(SIGKILL);
+      if (!exited)
+        c->killGroup(SIGKILL);
     }
     for (auto& c : ranks) {
       ASSERT_TRUE(c->exited()) << c->name() << " still running after 25 s\n" << all;
@@ -604,8 +666,12 @@ class Netns : public ::testing::Test {
   bool created_ = false;
 };
 
-TEST_F(Netns, AllreduceBetweenTwoHosts) { runPerfAcrossNamespaces(false); }
+TEST_F(Netns, AllreduceBetweenTwoHosts) {
+  runPerfAcrossNamespaces(false);
+}
 
-TEST_F(Netns, AllreduceBetweenTwoHostsWithSocketIfname) { runPerfAcrossNamespaces(true); }
+TEST_F(Netns, AllreduceBetweenTwoHostsWithSocketIfname) {
+  runPerfAcrossNamespaces(true);
+}
 
 }  // namespace

@@ -27,16 +27,26 @@ static int g_rank = -1;
 
 static const char* status_name(gs_status_t s) {
   switch (s) {
-    case GS_OK: return "GS_OK";
-    case GS_IN_PROGRESS: return "GS_IN_PROGRESS";
-    case GS_ERR_INVALID_ARGUMENT: return "GS_ERR_INVALID_ARGUMENT";
-    case GS_ERR_UNSUPPORTED: return "GS_ERR_UNSUPPORTED";
-    case GS_ERR_NO_MEMORY: return "GS_ERR_NO_MEMORY";
-    case GS_ERR_SYSTEM: return "GS_ERR_SYSTEM";
-    case GS_ERR_REMOTE: return "GS_ERR_REMOTE";
-    case GS_ERR_TIMEOUT: return "GS_ERR_TIMEOUT";
-    case GS_ERR_ABORTED: return "GS_ERR_ABORTED";
-    case GS_ERR_INTERNAL: return "GS_ERR_INTERNAL";
+    case GS_OK:
+      return "GS_OK";
+    case GS_IN_PROGRESS:
+      return "GS_IN_PROGRESS";
+    case GS_ERR_INVALID_ARGUMENT:
+      return "GS_ERR_INVALID_ARGUMENT";
+    case GS_ERR_UNSUPPORTED:
+      return "GS_ERR_UNSUPPORTED";
+    case GS_ERR_NO_MEMORY:
+      return "GS_ERR_NO_MEMORY";
+    case GS_ERR_SYSTEM:
+      return "GS_ERR_SYSTEM";
+    case GS_ERR_REMOTE:
+      return "GS_ERR_REMOTE";
+    case GS_ERR_TIMEOUT:
+      return "GS_ERR_TIMEOUT";
+    case GS_ERR_ABORTED:
+      return "GS_ERR_ABORTED";
+    case GS_ERR_INTERNAL:
+      return "GS_ERR_INTERNAL";
   }
   return "GS_UNKNOWN";
 }
@@ -46,9 +56,11 @@ static int finish(gs_status_t s, const char* what) {
   const char* message = s == GS_OK ? "" : gs_last_error();
   /* One line: the message must not break the RESULT line apart. */
   printf("RESULT rank=%d status=%s message=", g_rank, status_name(s));
-  for (const char* c = message; *c; ++c) putchar(*c == '\n' ? ' ' : *c);
+  for (const char* c = message; *c; ++c)
+    putchar(*c == '\n' ? ' ' : *c);
   putchar('\n');
-  if (s != GS_OK) fprintf(stderr, "rank %d: %s failed: %s: %s\n", g_rank, what, status_name(s), message);
+  if (s != GS_OK)
+    fprintf(stderr, "rank %d: %s failed: %s: %s\n", g_rank, what, status_name(s), message);
   fflush(stdout);
   return s == GS_OK ? 0 : -(int)s;
 }
@@ -61,20 +73,26 @@ static int usage(void) {
 
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  if (argc != 4 || strcmp(argv[1], "loop") != 0) return usage();
+  if (argc != 4 || strcmp(argv[1], "loop") != 0)
+    return usage();
   char* end = NULL;
   const long long count_ll = strtoll(argv[2], &end, 10);
-  if (*end != '\0' || count_ll < 1) return usage();
+  if (*end != '\0' || count_ll < 1)
+    return usage();
   const long long iters = strtoll(argv[3], &end, 10);
-  if (*end != '\0' || iters < 0) return usage();
+  if (*end != '\0' || iters < 0)
+    return usage();
   const size_t count = (size_t)count_ll;
 
   gs_comm_t comm = NULL;
   gs_status_t s = gs_comm_init_from_env(&comm, NULL);
-  if (s != GS_OK) return finish(s, "gs_comm_init_from_env");
+  if (s != GS_OK)
+    return finish(s, "gs_comm_init_from_env");
   int nranks = 0;
-  if ((s = gs_comm_rank(comm, &g_rank)) != GS_OK) return finish(s, "gs_comm_rank");
-  if ((s = gs_comm_size(comm, &nranks)) != GS_OK) return finish(s, "gs_comm_size");
+  if ((s = gs_comm_rank(comm, &g_rank)) != GS_OK)
+    return finish(s, "gs_comm_rank");
+  if ((s = gs_comm_size(comm, &nranks)) != GS_OK)
+    return finish(s, "gs_comm_size");
   printf("READY rank=%d nranks=%d\n", g_rank, nranks);
 
   float* send = (float*)malloc(count * sizeof(float));
@@ -85,7 +103,8 @@ int main(int argc, char** argv) {
   }
   /* Small integers, exact in float32: rank r contributes (r + 1) + (i + it) % 7. */
   for (long long it = 0; iters == 0 || it < iters; ++it) {
-    for (size_t i = 0; i < count; ++i) send[i] = (float)(g_rank + 1) + (float)((i + (size_t)it) % 7);
+    for (size_t i = 0; i < count; ++i)
+      send[i] = (float)(g_rank + 1) + (float)((i + (size_t)it) % 7);
     memset(recv, 0xff, count * sizeof(float));
     s = gs_allreduce(send, recv, count, GS_FLOAT32, GS_SUM, comm, NULL);
     if (s != GS_OK) {
@@ -98,8 +117,10 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < count; ++i) {
       const float want = base + (float)nranks * (float)((i + (size_t)it) % 7);
       if (recv[i] != want) {
-        printf("RESULT rank=%d status=MISMATCH message=iteration %lld element %zu is %g, expected %g\n",
-               g_rank, it, i, (double)recv[i], (double)want);
+        printf(
+            "RESULT rank=%d status=MISMATCH message=iteration %lld element %zu is %g, expected "
+            "%g\n",
+            g_rank, it, i, (double)recv[i], (double)want);
         return 9;
       }
     }

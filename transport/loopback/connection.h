@@ -75,8 +75,11 @@ class Connection final : public transport::Connection {
   ~Connection() override;
 
   int peer() const override;
-  PostResult postWrite(std::span<const LocalSegment> segments, const RemoteKey& dst,
-                       uint64_t dstOffset, uint32_t imm, WorkId id) override;
+  PostResult postWrite(std::span<const LocalSegment> segments,
+                       const RemoteKey& dst,
+                       uint64_t dstOffset,
+                       uint32_t imm,
+                       WorkId id) override;
   PostResult postSend(const LocalSegment& segment, WorkId id) override;
   PostResult postRecv(const LocalSegment& segment, WorkId id) override;
   size_t poll(std::span<Completion> out) override;

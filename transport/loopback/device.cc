@@ -39,7 +39,8 @@ struct Fabric {
   std::mutex mutex;
   std::condition_variable changed;
   std::map<uint64_t, std::map<int, DeviceInfo>> devices;
-  std::map<std::tuple<uint64_t, int, int>, std::shared_ptr<Link>> unclaimed;  // (fabric, owner, creator)
+  std::map<std::tuple<uint64_t, int, int>, std::shared_ptr<Link>>
+      unclaimed;  // (fabric, owner, creator)
 };
 
 Fabric& fabric() {
@@ -74,7 +75,8 @@ Device::~Device() {
   auto it = f.devices.find(fabricId_);
   if (it != f.devices.end()) {
     it->second.erase(rank_);
-    if (it->second.empty()) f.devices.erase(it);
+    if (it->second.empty())
+      f.devices.erase(it);
   }
   // Links made for us that we never claimed: their creators must learn we are gone. Links we
   // made that the peer never claimed were failed by our Connection's destructor already.
@@ -148,15 +150,18 @@ std::unique_ptr<transport::Connection> Device::connect(int peer,
   if (!present) {
     throw Error(Errc::kTimeout,
                 formatString("loopback connect to rank %d (fabric %llu) timed out: no device for "
-                             "that rank joined the fabric", peer,
-                             static_cast<unsigned long long>(fabricId_)));
+                             "that rank joined the fabric",
+                             peer, static_cast<unsigned long long>(fabricId_)));
   }
   const DeviceInfo& theirs = ranks.at(peer);
   if (!tagsEqual(theirs.proof, proof_)) {
-    GS_LOG_WARN("rejected loopback connection from rank %d: it does not hold the communicator "
-                "secret", peer);
+    GS_LOG_WARN(
+        "rejected loopback connection from rank %d: it does not hold the communicator "
+        "secret",
+        peer);
     throw Error(Errc::kRemote, formatString("loopback connect to rank %d: authentication failed "
-                                            "(different communicator secret)", peer));
+                                            "(different communicator secret)",
+                                            peer));
   }
   auto link = std::make_shared<Link>();
   Side& mine = link->sides[mySide];
@@ -172,8 +177,12 @@ std::unique_ptr<transport::Connection> Device::connect(int peer,
   return std::make_unique<Connection>(std::move(link), mySide);
 }
 
-void Device::waitForActivity(std::chrono::microseconds maxWait) { activity_->wait(maxWait); }
+void Device::waitForActivity(std::chrono::microseconds maxWait) {
+  activity_->wait(maxWait);
+}
 
-void Device::interrupt() { activity_->notify(); }
+void Device::interrupt() {
+  activity_->notify();
+}
 
 }  // namespace gs::transport::loopback

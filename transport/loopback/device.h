@@ -11,9 +11,9 @@ namespace gs::transport::loopback {
 /// In-process transport for multi-rank tests with threads as ranks. Devices with the same
 /// options.fabricId find each other through a process-global registry. connect() completes once
 /// the peer's device exists (as a tcp dial completes against a listening peer); the first of the
-/// two calls creates the shared link and the second claims it. Owned by the communicator; see transport::Device for thread
-/// safety. The global registry is mutex-protected, so devices may be created and destroyed
-/// concurrently from any threads.
+/// two calls creates the shared link and the second claims it. Owned by the communicator; see
+/// transport::Device for thread safety. The global registry is mutex-protected, so devices may be
+/// created and destroyed concurrently from any threads.
 class Device final : public transport::Device {
  public:
   explicit Device(const DeviceOptions& options);
@@ -22,7 +22,8 @@ class Device final : public transport::Device {
   DeviceProperties properties() const override;
   std::unique_ptr<transport::MemoryRegion> registerMemory(void* data, size_t bytes) override;
   std::vector<uint8_t> address() const override;
-  std::unique_ptr<transport::Connection> connect(int peer, std::span<const uint8_t> peerAddress,
+  std::unique_ptr<transport::Connection> connect(int peer,
+                                                 std::span<const uint8_t> peerAddress,
                                                  Deadline deadline) override;
   void waitForActivity(std::chrono::microseconds maxWait) override;
   void interrupt() override;

@@ -30,8 +30,11 @@ bool wouldBlock(const error_code& ec) {
 
 }  // namespace
 
-Connection::Connection(Device& device, int peer, std::string peerAddress,
-                       std::vector<Socket> sockets, std::shared_ptr<RegionTable> regions)
+Connection::Connection(Device& device,
+                       int peer,
+                       std::string peerAddress,
+                       std::vector<Socket> sockets,
+                       std::shared_ptr<RegionTable> regions)
     : device_(device),
       peer_(peer),
       peerAddress_(std::move(peerAddress)),
@@ -43,7 +46,8 @@ Connection::Connection(Device& device, int peer, std::string peerAddress,
     ch->fd.store(ch->socket.native_handle());
     channels_.push_back(std::move(ch));
   }
-  for (auto& ch : channels_) updateEvents(*ch);
+  for (auto& ch : channels_)
+    updateEvents(*ch);
   device_.attach(this);
 }
 
@@ -57,7 +61,8 @@ Connection::~Connection() {
 }
 
 void Connection::fail(Errc status, std::string message) {
-  if (failed_) return;
+  if (failed_)
+    return;
   failed_ = true;
   failStatus_ = status;
   error_ = std::move(message);
@@ -73,11 +78,11 @@ void Connection::fail(Errc status, std::string message) {
 
 void Connection::failIo(const error_code& ec) {
   if (ec == asio::error::eof) {
-    fail(Errc::kRemote, formatString("connection to rank %d (%s) closed by peer", peer_,
-                                     peerAddress_.c_str()));
+    fail(Errc::kRemote,
+         formatString("connection to rank %d (%s) closed by peer", peer_, peerAddress_.c_str()));
   } else if (ec == asio::error::connection_reset || ec == asio::error::broken_pipe) {
-    fail(Errc::kRemote, formatString("connection to rank %d (%s) reset by peer", peer_,
-                                     peerAddress_.c_str()));
+    fail(Errc::kRemote,
+         formatString("connection to rank %d (%s) reset by peer", peer_, peerAddress_.c_str()));
   } else {
     fail(Errc::kRemote, formatString("connection to rank %d (%s) failed: %s", peer_,
                                      peerAddress_.c_str(), ec.message().c_str()));
@@ -87,7 +92,8 @@ void Connection::failIo(const error_code& ec) {
 void Connection::closeChannel(Channel& ch) {
   ch.closedByPeer = true;
   for (const auto& other : channels_) {
-    if (!other->closedByPeer) return;
+    if (!other->closedByPeer)
+      return;
   }
   failIo(asio::error::eof);
 }
@@ -98,26 +104,35 @@ PostResult Connection::enqueue(const SendOp& op) {
   const size_t n = channels_.size();
   for (size_t k = 0; k < n; ++k) {
     Channel& ch = *channels_[(nextChannel_ + k) % n];
-    if (ch.ops.full() || ch.closedByPeer) continue;
-    if (!best || ch.queuedBytes < best->queuedBytes) best = &ch;
+    if (ch.ops.full() || ch.closedByPeer)
+      continue;
+    if (!best || ch.queuedBytes < best->queuedBytes)
+      best = &ch;
   }
-  if (!best) return PostResult::kWouldBlock;
+  if (!best)
+    return PostResult::kWouldBlock;
   nextChannel_ = (nextChannel_ + 1) % n;
   best->ops.push(op);
   best->queuedBytes += op.total;
   // Write eagerly: a small message leaves now instead of at the next poll.
   flush(*best);
-  if (failed_) return PostResult::kError;
+  if (failed_)
+    return PostResult::kError;
   updateEvents(*best);
   return PostResult::kOk;
 }
 
-PostResult Connection::postWrite(std::span<const LocalSegment> segments, const RemoteKey& dst,
-                                 uint64_t dstOffset, uint32_t imm, WorkId id) {
-  if (failed_) return PostResult::kError;
+PostResult Connection::postWrite(std::span<const LocalSegment> segments,
+                                 const RemoteKey& dst,
+                                 uint64_t dstOffset,
+                                 uint32_t imm,
+                                 WorkId id) {
+  if (failed_)
+    return PostResult::kError;
   if (segments.size() > kMaxSegments) {
     fail(Errc::kInvalidArgument, formatString("postWrite to rank %d with %zu segments (at most "
-                                              "%zu)", peer_, segments.size(), kMaxSegments));
+                                              "%zu)",
+                                              peer_, segments.size(), kMaxSegments));
     return PostResult::kError;
   }
   SendOp op;
@@ -131,22 +146,26 @@ PostResult Connection::postWrite(std::span<const LocalSegment> segments, const R
     payload += s.length;
   }
   if (payload > kMaxFrameBytes) {
-    fail(Errc::kInvalidArgument, formatString("postWrite of %llu bytes to rank %d exceeds the "
-                                              "tcp limit of %u", static_cast<unsigned long long>(payload),
-                                              peer_, kMaxFrameBytes));
+    fail(Errc::kInvalidArgument,
+         formatString("postWrite of %llu bytes to rank %d exceeds the "
+                      "tcp limit of %u",
+                      static_cast<unsigned long long>(payload), peer_, kMaxFrameBytes));
     return PostResult::kError;
   }
-  op.header = FrameHeader{static_cast<uint8_t>(FrameType::kWrite), {}, imm, RegionTable::idOf(dst),
-                          static_cast<uint32_t>(payload), dstOffset};
+  op.header =
+      FrameHeader{static_cast<uint8_t>(FrameType::kWrite), {},       imm, RegionTable::idOf(dst),
+                  static_cast<uint32_t>(payload),          dstOffset};
   op.total = sizeof(FrameHeader) + payload;
   return enqueue(op);
 }
 
 PostResult Connection::postSend(const LocalSegment& segment, WorkId id) {
-  if (failed_) return PostResult::kError;
+  if (failed_)
+    return PostResult::kError;
   if (segment.length > kMaxFrameBytes) {
     fail(Errc::kInvalidArgument, formatString("postSend of %zu bytes to rank %d exceeds the tcp "
-                                              "limit of %u", segment.length, peer_, kMaxFrameBytes));
+                                              "limit of %u",
+                                              segment.length, peer_, kMaxFrameBytes));
     return PostResult::kError;
   }
   SendOp op;
@@ -156,13 +175,14 @@ PostResult Connection::postSend(const LocalSegment& segment, WorkId id) {
   op.segData[0] = segment.length ? segment.data() : nullptr;
   op.segLen[0] = segment.length;
   op.header = FrameHeader{static_cast<uint8_t>(FrameType::kSend), {}, 0, 0,
-                          static_cast<uint32_t>(segment.length), 0};
+                          static_cast<uint32_t>(segment.length),  0};
   op.total = sizeof(FrameHeader) + segment.length;
   return enqueue(op);
 }
 
 PostResult Connection::postRecv(const LocalSegment& segment, WorkId id) {
-  if (failed_) return PostResult::kError;
+  if (failed_)
+    return PostResult::kError;
   if (!recvs_.push(PostedRecv{const_cast<uint8_t*>(segment.data()), segment.length, id})) {
     return PostResult::kWouldBlock;
   }
@@ -199,11 +219,13 @@ void Connection::flush(Channel& ch) {
         skip = 0;
       };
       add(&op.header, sizeof(FrameHeader));
-      for (uint8_t s = 0; s < op.segments; ++s) add(op.segData[s], op.segLen[s]);
+      for (uint8_t s = 0; s < op.segments; ++s)
+        add(op.segData[s], op.segLen[s]);
     }
     error_code ec;
     size_t n = ch.socket.write_some(std::span<const asio::const_buffer>(bufs.data(), nb), ec);
-    if (wouldBlock(ec)) break;
+    if (wouldBlock(ec))
+      break;
     if (ec) {
       failIo(ec);
       return;
@@ -213,9 +235,11 @@ void Connection::flush(Channel& ch) {
       size_t take = std::min(left, op.total - op.written);
       op.written += take;
       left -= take;
-      if (op.written == op.total) ++ch.unwritten;
+      if (op.written == op.total)
+        ++ch.unwritten;
     }
-    if (n < gathered) break;  // the socket buffer is full
+    if (n < gathered)
+      break;  // the socket buffer is full
   }
   retire(ch);
 }
@@ -225,12 +249,14 @@ bool Connection::startFrame(Channel& ch) {
   ch.headerGot = 0;
   if (h.reserved[0] | h.reserved[1] | h.reserved[2]) {
     fail(Errc::kRemote, formatString("peer rank %d sent an invalid frame: reserved bytes are "
-                                     "not zero", peer_));
+                                     "not zero",
+                                     peer_));
     return false;
   }
   if (h.length > kMaxFrameBytes) {
     fail(Errc::kRemote, formatString("peer rank %d sent an invalid frame: length %u exceeds "
-                                     "the limit of %u", peer_, h.length, kMaxFrameBytes));
+                                     "the limit of %u",
+                                     peer_, h.length, kMaxFrameBytes));
     return false;
   }
   if (h.type == static_cast<uint8_t>(FrameType::kSend)) {
@@ -239,21 +265,22 @@ bool Connection::startFrame(Channel& ch) {
     return recvs_.empty() || startSend(ch);
   }
   if (h.type != static_cast<uint8_t>(FrameType::kWrite)) {
-    fail(Errc::kRemote, formatString("peer rank %d sent an invalid frame: unknown type %u", peer_,
-                                     h.type));
+    fail(Errc::kRemote,
+         formatString("peer rank %d sent an invalid frame: unknown type %u", peer_, h.type));
     return false;
   }
   RegionTable::Entry region;
   if (!regions_->find(h.regionId, &region)) {
     fail(Errc::kRemote, formatString("peer rank %d sent an invalid frame: region id %u is not "
-                                     "registered", peer_, h.regionId));
+                                     "registered",
+                                     peer_, h.regionId));
     return false;
   }
   if (h.offset > region.size || h.length > region.size - h.offset) {
     fail(Errc::kRemote, formatString("peer rank %d sent an invalid frame: %u bytes at offset "
-                                     "%llu are outside region %u of %zu bytes", peer_, h.length,
-                                     static_cast<unsigned long long>(h.offset), h.regionId,
-                                     region.size));
+                                     "%llu are outside region %u of %zu bytes",
+                                     peer_, h.length, static_cast<unsigned long long>(h.offset),
+                                     h.regionId, region.size));
     return false;
   }
   ch.payloadAt = region.data + h.offset;
@@ -267,8 +294,8 @@ bool Connection::startSend(Channel& ch) {
   PostedRecv recv = recvs_.front();
   if (ch.sendLength > recv.length) {
     fail(Errc::kRemote, formatString("peer rank %d sent an invalid frame: send of %u bytes "
-                                     "exceeds the posted receive buffer of %zu", peer_,
-                                     ch.sendLength, recv.length));
+                                     "exceeds the posted receive buffer of %zu",
+                                     peer_, ch.sendLength, recv.length));
     return false;
   }
   recvs_.pop();
@@ -283,16 +310,19 @@ void Connection::receive(Channel& ch) {
   auto* headerBytes = reinterpret_cast<uint8_t*>(&ch.header);
   for (int i = 0; i < kReadsPerPoll && !failed_; ++i) {
     if (ch.state == RecvState::kWaitRecv) {
-      if (recvs_.empty() || !startSend(ch)) return;
+      if (recvs_.empty() || !startSend(ch))
+        return;
     }
     if (ch.state == RecvState::kPayload && ch.payloadLeft == 0) {
-      if (completions_.full()) return;  // resume when the caller has polled
+      if (completions_.full())
+        return;  // resume when the caller has polled
       completions_.push(ch.landing);
       ch.state = RecvState::kHeader;
       continue;
     }
     if (ch.state == RecvState::kHeader && ch.headerGot == sizeof(FrameHeader)) {
-      if (!startFrame(ch)) return;
+      if (!startFrame(ch))
+        return;
       continue;
     }
     error_code ec;
@@ -307,7 +337,8 @@ void Connection::receive(Channel& ch) {
                                                asio::buffer(headerBytes, sizeof(FrameHeader))};
       n = ch.socket.read_some(bufs, ec);
     }
-    if (wouldBlock(ec)) return;
+    if (wouldBlock(ec))
+      return;
     if (ec == asio::error::eof && ch.state == RecvState::kHeader && ch.headerGot == 0) {
       closeChannel(ch);
       return;
@@ -331,17 +362,21 @@ void Connection::updateEvents(Channel& ch) {
   short ev = 0;
   bool blocked = completions_.full() || (ch.state == RecvState::kWaitRecv && recvs_.empty()) ||
                  ch.closedByPeer;
-  if (!blocked) ev |= POLLIN;
-  if (ch.unwritten < ch.ops.size()) ev |= POLLOUT;
+  if (!blocked)
+    ev |= POLLIN;
+  if (ch.unwritten < ch.ops.size())
+    ev |= POLLOUT;
   ch.events.store(ev, std::memory_order_relaxed);
 }
 
 size_t Connection::poll(std::span<Completion> out) {
   if (!failed_) {
     for (auto& ch : channels_) {
-      if (failed_) break;
+      if (failed_)
+        break;
       flush(*ch);
-      if (!failed_ && !ch->closedByPeer) receive(*ch);
+      if (!failed_ && !ch->closedByPeer)
+        receive(*ch);
     }
   }
   size_t n = 0;
@@ -364,12 +399,15 @@ size_t Connection::poll(std::span<Completion> out) {
   return n;
 }
 
-std::string Connection::errorMessage() const { return failed_ ? error_ : std::string(); }
+std::string Connection::errorMessage() const {
+  return failed_ ? error_ : std::string();
+}
 
 void Connection::appendPollFds(std::vector<pollfd>& fds) const {
   for (const auto& ch : channels_) {
     int fd = ch->fd.load(std::memory_order_relaxed);
-    if (fd >= 0) fds.push_back(pollfd{fd, ch->events.load(std::memory_order_relaxed), 0});
+    if (fd >= 0)
+      fds.push_back(pollfd{fd, ch->events.load(std::memory_order_relaxed), 0});
   }
 }
 

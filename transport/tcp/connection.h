@@ -31,13 +31,19 @@ class Connection final : public transport::Connection {
   static constexpr size_t kOpsPerSocket = 64;
   static constexpr size_t kMaxPostedRecvs = 256;
 
-  Connection(Device& device, int peer, std::string peerAddress, std::vector<Socket> sockets,
+  Connection(Device& device,
+             int peer,
+             std::string peerAddress,
+             std::vector<Socket> sockets,
              std::shared_ptr<RegionTable> regions);
   ~Connection() override;
 
   int peer() const override { return peer_; }
-  PostResult postWrite(std::span<const LocalSegment> segments, const RemoteKey& dst,
-                       uint64_t dstOffset, uint32_t imm, WorkId id) override;
+  PostResult postWrite(std::span<const LocalSegment> segments,
+                       const RemoteKey& dst,
+                       uint64_t dstOffset,
+                       uint32_t imm,
+                       WorkId id) override;
   PostResult postSend(const LocalSegment& segment, WorkId id) override;
   PostResult postRecv(const LocalSegment& segment, WorkId id) override;
   size_t poll(std::span<Completion> out) override;
@@ -67,18 +73,18 @@ class Connection final : public transport::Connection {
   struct Channel {
     explicit Channel(Socket s) : socket(std::move(s)), ops(kOpsPerSocket) {}
     Socket socket;
-    std::atomic<int> fd{-1};        // -1 once closed; read by appendPollFds
+    std::atomic<int> fd{-1};       // -1 once closed; read by appendPollFds
     std::atomic<short> events{0};  // what waitForActivity should wait for
     Ring<SendOp> ops;
     size_t unwritten = 0;  // index in ops of the first op not yet fully written
     size_t queuedBytes = 0;
     RecvState state = RecvState::kHeader;
-    FrameHeader header{};   // the frame being received (or the next, while a payload lands)
+    FrameHeader header{};  // the frame being received (or the next, while a payload lands)
     size_t headerGot = 0;
     uint32_t sendLength = 0;  // a send frame waiting for a posted receive
     uint8_t* payloadAt = nullptr;
     size_t payloadLeft = 0;
-    Completion landing{};  // reported when the payload is complete
+    Completion landing{};       // reported when the payload is complete
     bool closedByPeer = false;  // end of file seen between frames
   };
 

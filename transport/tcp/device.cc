@@ -62,7 +62,8 @@ Device::~Device() {
       GS_LOG_ERROR("tcp device destroyed with %zu live connections", connections_.size());
     }
   }
-  if (eventFd_ >= 0) ::close(eventFd_);
+  if (eventFd_ >= 0)
+    ::close(eventFd_);
 }
 
 DeviceProperties Device::properties() const {
@@ -135,13 +136,14 @@ std::unique_ptr<transport::Connection> Device::connect(int peer,
     const auto start = Clock::now();
     for (;;) {
       listener_->service();
-      if (listener_->take(peer, sockets)) break;
+      if (listener_->take(peer, sockets))
+        break;
       if (deadline.expired()) {
         auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
         throw Error(Errc::kTimeout,
                     formatString("tcp connect to rank %d (%s) timed out after %lld ms waiting "
-                                 "for it to dial in (%d of %d sockets arrived)", peer,
-                                 where.c_str(), static_cast<long long>(waited.count()),
+                                 "for it to dial in (%d of %d sockets arrived)",
+                                 peer, where.c_str(), static_cast<long long>(waited.count()),
                                  listener_->arrived(peer), params_.socketsPerPeer));
       }
       fds.clear();
@@ -170,9 +172,11 @@ void Device::waitForActivity(std::chrono::microseconds maxWait) {
   pollFds_.push_back(pollfd{eventFd_, POLLIN, 0});
   {
     std::lock_guard lock(connectionsMutex_);
-    for (Connection* c : connections_) c->appendPollFds(pollFds_);
+    for (Connection* c : connections_)
+      c->appendPollFds(pollFds_);
   }
-  if (maxWait.count() < 0) maxWait = std::chrono::microseconds(0);
+  if (maxWait.count() < 0)
+    maxWait = std::chrono::microseconds(0);
   timespec ts{static_cast<time_t>(maxWait.count() / 1000000),
               static_cast<long>(maxWait.count() % 1000000) * 1000};
   int n = ::ppoll(pollFds_.data(), pollFds_.size(), &ts, nullptr);

@@ -33,7 +33,8 @@ class Device final : public transport::Device {
   DeviceProperties properties() const override;
   std::unique_ptr<transport::MemoryRegion> registerMemory(void* data, size_t bytes) override;
   std::vector<uint8_t> address() const override;
-  std::unique_ptr<transport::Connection> connect(int peer, std::span<const uint8_t> peerAddress,
+  std::unique_ptr<transport::Connection> connect(int peer,
+                                                 std::span<const uint8_t> peerAddress,
                                                  Deadline deadline) override;
   void waitForActivity(std::chrono::microseconds maxWait) override;
   void interrupt() override;

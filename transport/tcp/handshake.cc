@@ -24,9 +24,11 @@ constexpr int kSocketBufferBytes = 4 << 20;
 
 int sysctlInt(const char* path) {
   FILE* f = fopen(path, "r");
-  if (!f) return 0;
+  if (!f)
+    return 0;
   int value = 0;
-  if (fscanf(f, "%d", &value) != 1) value = 0;
+  if (fscanf(f, "%d", &value) != 1)
+    value = 0;
   fclose(f);
   return value;
 }
@@ -52,17 +54,20 @@ void tuneSocket(Socket& socket) {
                                  sysctlInt("/proc/sys/net/core/wmem_max") >= kSocketBufferBytes;
   error_code ec;
   socket.set_option(asio::ip::tcp::no_delay(true), ec);
-  if (ec) GS_LOG_WARN("tcp: cannot set TCP_NODELAY: %s", ec.message().c_str());
+  if (ec)
+    GS_LOG_WARN("tcp: cannot set TCP_NODELAY: %s", ec.message().c_str());
   if (bigBuffers) {
     socket.set_option(asio::socket_base::send_buffer_size(kSocketBufferBytes), ec);
     socket.set_option(asio::socket_base::receive_buffer_size(kSocketBufferBytes), ec);
-    if (ec) GS_LOG_DEBUG("tcp: cannot size socket buffers: %s", ec.message().c_str());
+    if (ec)
+      GS_LOG_DEBUG("tcp: cannot size socket buffers: %s", ec.message().c_str());
   }
   socket.non_blocking(true, ec);
   GS_CHECK(!ec, Errc::kSystem, "tcp: cannot make a socket non-blocking: %s", ec.message().c_str());
 }
 
-Listener::Listener(asio::io_context& io, const asio::ip::address& bind,
+Listener::Listener(asio::io_context& io,
+                   const asio::ip::address& bind,
                    const HandshakeParams& params)
     : io_(io), params_(params), acceptor_(io) {
   error_code ec;
@@ -75,9 +80,12 @@ Listener::Listener(asio::io_context& io, const asio::ip::address& bind,
     ec.clear();
     acceptor_.bind(ep, ec);
   }
-  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-  if (!ec) acceptor_.non_blocking(true, ec);
-  if (!ec) endpoint_ = acceptor_.local_endpoint(ec);
+  if (!ec)
+    acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (!ec)
+    acceptor_.non_blocking(true, ec);
+  if (!ec)
+    endpoint_ = acceptor_.local_endpoint(ec);
   GS_CHECK(!ec, Errc::kSystem, "tcp: cannot listen on %s: %s", bind.to_string().c_str(),
            ec.message().c_str());
 }
@@ -89,7 +97,8 @@ void Listener::service() {
     asio::ip::tcp::endpoint from;
     error_code ec;
     acceptor_.accept(pending->socket, from, ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) break;
+    if (ec == asio::error::would_block || ec == asio::error::try_again)
+      break;
     if (ec) {
       GS_LOG_WARN("tcp: accept failed: %s", ec.message().c_str());
       break;
@@ -97,7 +106,8 @@ void Listener::service() {
     pending->peerIp = from.address().to_string(ec);
     pending->since = Clock::now();
     pending->socket.non_blocking(true, ec);
-    if (ec) continue;
+    if (ec)
+      continue;
     pending_.push_back(std::move(pending));
   }
   // Read hellos; a socket leaves pending_ when accepted, rejected, closed or too slow.
@@ -124,7 +134,8 @@ void Listener::service() {
         done = true;
       }
     }
-    if (!why.empty()) GS_LOG_WARN("rejected tcp connection from %s: %s", p.peerIp.c_str(), why.c_str());
+    if (!why.empty())
+      GS_LOG_WARN("rejected tcp connection from %s: %s", p.peerIp.c_str(), why.c_str());
     if (done) {
       pending_.erase(pending_.begin() + static_cast<ptrdiff_t>(i));
     } else {
@@ -136,24 +147,29 @@ void Listener::service() {
 std::string Listener::accept(Pending& p) {
   Hello hello;
   std::memcpy(&hello, p.buffer, sizeof(hello));
-  if (hello.magic != kHelloMagic) return "bad magic (not a gradstream peer)";
+  if (hello.magic != kHelloMagic)
+    return "bad magic (not a gradstream peer)";
   if (hello.version != kWireVersion) {
     return formatString("protocol version %u, we speak %u", hello.version, kWireVersion);
   }
   AuthTag expected = authTag(params_.secret, kHelloDomain, &hello, kHelloSignedBytes);
   AuthTag got;
   std::memcpy(got.data(), hello.mac, got.size());
-  if (!tagsEqual(expected, got)) return "authentication failed (wrong communicator secret)";
+  if (!tagsEqual(expected, got))
+    return "authentication failed (wrong communicator secret)";
   if (hello.targetRank != params_.rank) {
-    return formatString("hello addressed to rank %d, we are rank %d", hello.targetRank, params_.rank);
+    return formatString("hello addressed to rank %d, we are rank %d", hello.targetRank,
+                        params_.rank);
   }
   if (hello.dialerRank <= params_.rank || hello.dialerRank >= params_.nranks) {
     return formatString("dialer claims rank %d (only ranks %d..%d dial us)", hello.dialerRank,
                         params_.rank + 1, params_.nranks - 1);
   }
   if (hello.socketCount != params_.socketsPerPeer) {
-    return formatString("rank %d uses %u sockets per peer, we use %d (GS_SOCKETS_PER_PEER "
-                        "must match)", hello.dialerRank, hello.socketCount, params_.socketsPerPeer);
+    return formatString(
+        "rank %d uses %u sockets per peer, we use %d (GS_SOCKETS_PER_PEER "
+        "must match)",
+        hello.dialerRank, hello.socketCount, params_.socketsPerPeer);
   }
   if (hello.socketIndex >= hello.socketCount) {
     return formatString("socket index %u of %u", hello.socketIndex, hello.socketCount);
@@ -192,23 +208,31 @@ void Listener::appendPollFds(std::vector<pollfd>& fds) const {
 
 int Listener::arrived(int peer) const {
   auto it = stash_.find(peer);
-  if (it == stash_.end()) return 0;
+  if (it == stash_.end())
+    return 0;
   int n = 0;
-  for (const auto& s : it->second) n += s ? 1 : 0;
+  for (const auto& s : it->second)
+    n += s ? 1 : 0;
   return n;
 }
 
 bool Listener::take(int peer, std::vector<Socket>& out) {
-  if (arrived(peer) != params_.socketsPerPeer) return false;
+  if (arrived(peer) != params_.socketsPerPeer)
+    return false;
   auto it = stash_.find(peer);
   out.clear();
-  for (auto& s : it->second) out.push_back(std::move(*s));
+  for (auto& s : it->second)
+    out.push_back(std::move(*s));
   stash_.erase(it);
   return true;
 }
 
-std::vector<Socket> dial(asio::io_context& io, Listener& listener, const HandshakeParams& params,
-                         int peer, const asio::ip::tcp::endpoint& endpoint, Deadline deadline) {
+std::vector<Socket> dial(asio::io_context& io,
+                         Listener& listener,
+                         const HandshakeParams& params,
+                         int peer,
+                         const asio::ip::tcp::endpoint& endpoint,
+                         Deadline deadline) {
   enum class State { kConnecting, kAwaitAck, kDone };
   struct Dialed {
     explicit Dialed(asio::io_context& ctx) : socket(ctx) {}
@@ -224,7 +248,8 @@ std::vector<Socket> dial(asio::io_context& io, Listener& listener, const Handsha
 
   auto startConnect = [&](Dialed& d) {
     error_code ec;
-    if (d.socket.is_open()) d.socket.close(ec);
+    if (d.socket.is_open())
+      d.socket.close(ec);
     d.socket.open(endpoint.protocol(), ec);
     GS_CHECK(!ec, Errc::kSystem, "tcp: cannot open a socket: %s", ec.message().c_str());
     tuneSocket(d.socket);  // before connect, so the window scale covers the buffer
@@ -239,8 +264,15 @@ std::vector<Socket> dial(asio::io_context& io, Listener& listener, const Handsha
   };
   for (int i = 0; i < count; ++i) {
     auto d = std::make_unique<Dialed>(io);
-    d->hello = Hello{kHelloMagic, kWireVersion, static_cast<uint16_t>(i), params.rank, peer,
-                     static_cast<uint16_t>(count), 0, 0, {}};
+    d->hello = Hello{kHelloMagic,
+                     kWireVersion,
+                     static_cast<uint16_t>(i),
+                     params.rank,
+                     peer,
+                     static_cast<uint16_t>(count),
+                     0,
+                     0,
+                     {}};
     AuthTag tag = authTag(params.secret, kHelloDomain, &d->hello, kHelloSignedBytes);
     std::memcpy(d->hello.mac, tag.data(), tag.size());
     startConnect(*d);
@@ -255,7 +287,8 @@ std::vector<Socket> dial(asio::io_context& io, Listener& listener, const Handsha
         int err = 0;
         socklen_t len = sizeof(err);
         pollfd probe{d->socket.native_handle(), POLLOUT, 0};
-        if (::poll(&probe, 1, 0) != 1) continue;
+        if (::poll(&probe, 1, 0) != 1)
+          continue;
         getsockopt(d->socket.native_handle(), SOL_SOCKET, SO_ERROR, &err, &len);
         if (err == ECONNREFUSED) {
           // The listener exists before its blob is published, so a refusal means the peer's
@@ -279,13 +312,16 @@ std::vector<Socket> dial(asio::io_context& io, Listener& listener, const Handsha
       if (d->state == State::kAwaitAck) {
         error_code ec;
         size_t n = d->socket.read_some(asio::buffer(d->ack + d->got, sizeof(Ack) - d->got), ec);
-        if (ec == asio::error::would_block || ec == asio::error::try_again) continue;
+        if (ec == asio::error::would_block || ec == asio::error::try_again)
+          continue;
         GS_CHECK(!ec, Errc::kRemote,
                  "tcp connect to rank %d (%s): the peer closed the connection during the "
                  "handshake (%s); check its log: it rejects peers without the communicator "
-                 "secret", peer, where.c_str(), ec.message().c_str());
+                 "secret",
+                 peer, where.c_str(), ec.message().c_str());
         d->got += n;
-        if (d->got < sizeof(Ack)) continue;
+        if (d->got < sizeof(Ack))
+          continue;
         Ack ack;
         std::memcpy(&ack, d->ack, sizeof(ack));
         uint8_t signedBytes[kAckSignedBytes + sizeof(d->hello.mac)];
@@ -298,33 +334,42 @@ std::vector<Socket> dial(asio::io_context& io, Listener& listener, const Handsha
                   ack.socketIndex == d->hello.socketIndex && ack.acceptorRank == peer &&
                   ack.dialerRank == params.rank && tagsEqual(expected, got);
         if (!ok) {
-          GS_LOG_WARN("rejected tcp connection to rank %d (%s): invalid ack (wrong communicator "
-                      "secret?)", peer, where.c_str());
+          GS_LOG_WARN(
+              "rejected tcp connection to rank %d (%s): invalid ack (wrong communicator "
+              "secret?)",
+              peer, where.c_str());
           throw Error(Errc::kRemote, formatString("tcp connect to rank %d (%s): the peer failed "
-                                                  "authentication", peer, where.c_str()));
+                                                  "authentication",
+                                                  peer, where.c_str()));
         }
         d->state = State::kDone;
       }
-      if (d->state == State::kDone) ++done;
+      if (d->state == State::kDone)
+        ++done;
     }
-    if (done == count) break;
+    if (done == count)
+      break;
     if (deadline.expired()) {
       throw Error(Errc::kTimeout,
                   formatString("tcp connect to rank %d (%s) timed out: %d of %d sockets "
-                               "acknowledged", peer, where.c_str(), done, count));
+                               "acknowledged",
+                               peer, where.c_str(), done, count));
     }
     // Keep accepting others' hellos while we wait, so no cycle of waiting ranks can form.
     listener.service();
     fds.clear();
     listener.appendPollFds(fds);
     for (auto& d : dialed) {
-      if (d->state == State::kConnecting) fds.push_back(pollfd{d->socket.native_handle(), POLLOUT, 0});
-      if (d->state == State::kAwaitAck) fds.push_back(pollfd{d->socket.native_handle(), POLLIN, 0});
+      if (d->state == State::kConnecting)
+        fds.push_back(pollfd{d->socket.native_handle(), POLLOUT, 0});
+      if (d->state == State::kAwaitAck)
+        fds.push_back(pollfd{d->socket.native_handle(), POLLIN, 0});
     }
     ::poll(fds.data(), fds.size(), pollMs(deadline));
   }
   std::vector<Socket> out;
-  for (auto& d : dialed) out.push_back(std::move(d->socket));
+  for (auto& d : dialed)
+    out.push_back(std::move(d->socket));
   return out;
 }
 

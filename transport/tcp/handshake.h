@@ -37,7 +37,8 @@ void tuneSocket(Socket& socket);
 /// any order without deadlock. Owned by the Device; called only from connect() (one thread).
 class Listener {
  public:
-  Listener(boost::asio::io_context& io, const boost::asio::ip::address& bind,
+  Listener(boost::asio::io_context& io,
+           const boost::asio::ip::address& bind,
            const HandshakeParams& params);
 
   boost::asio::ip::tcp::endpoint endpoint() const { return endpoint_; }
@@ -76,8 +77,11 @@ class Listener {
 /// Dials peer (a lower rank) at endpoint with params.socketsPerPeer sockets, sends the hellos
 /// and waits for authenticated acks, servicing listener meanwhile. Throws kTimeout at the
 /// deadline and kRemote when the peer refuses us or fails authentication.
-std::vector<Socket> dial(boost::asio::io_context& io, Listener& listener,
-                         const HandshakeParams& params, int peer,
-                         const boost::asio::ip::tcp::endpoint& endpoint, Deadline deadline);
+std::vector<Socket> dial(boost::asio::io_context& io,
+                         Listener& listener,
+                         const HandshakeParams& params,
+                         int peer,
+                         const boost::asio::ip::tcp::endpoint& endpoint,
+                         Deadline deadline);
 
 }  // namespace gs::transport::tcp

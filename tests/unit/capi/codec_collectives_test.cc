@@ -27,16 +27,16 @@ struct CodecCase {
 // Bounds: a few times what a single encode loses, since the ring re-encodes the partial sums at
 // each hop (N-1 times) and the result once more for the allgather.
 const CodecCase kCases[] = {
-    {"raw", 0.0},        {"fp16", 2e-3},      {"bf16", 1.5e-2},  {"fp8e4m3", 0.12},
-    {"fp8e5m2", 0.25},   {"int8", 2.5e-2},    {"int4", 0.4},     {"int4,sr", 0.6},
-    {"bf16,sr", 3e-2},   {"topk:0.25", 1.0},
+    {"raw", 0.0},     {"fp16", 2e-3}, {"bf16", 1.5e-2}, {"fp8e4m3", 0.12}, {"fp8e5m2", 0.25},
+    {"int8", 2.5e-2}, {"int4", 0.4},  {"int4,sr", 0.6}, {"bf16,sr", 3e-2}, {"topk:0.25", 1.0},
 };
 
 std::vector<float> input(int rank, size_t count) {
   std::mt19937 rng(1234 + rank);
   std::normal_distribution<float> dist(0.f, 1.f);
   std::vector<float> v(count);
-  for (float& x : v) x = dist(rng);
+  for (float& x : v)
+    x = dist(rng);
   return v;
 }
 
@@ -60,10 +60,12 @@ void runAllReduce(const CodecCase& c, int n, const char* transport, size_t count
   std::vector<std::string> errors(n);
   runRanks(n, opt, [&](int rank, gs_comm_t comm) {
     std::vector<float> in = input(rank, count);
-    if (gs_allreduce(in.data(), out[rank].data(), count, GS_FLOAT32, GS_SUM, comm, nullptr) != GS_OK)
+    if (gs_allreduce(in.data(), out[rank].data(), count, GS_FLOAT32, GS_SUM, comm, nullptr) !=
+        GS_OK)
       errors[rank] = gs_last_error();
   });
-  for (int r = 0; r < n; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+  for (int r = 0; r < n; ++r)
+    ASSERT_EQ(errors[r], "") << "rank " << r;
   for (int r = 1; r < n; ++r) {
     ASSERT_EQ(memcmp(out[0].data(), out[r].data(), count * sizeof(float)), 0)
         << c.codec << ": rank " << r << " differs from rank 0";
@@ -71,7 +73,8 @@ void runAllReduce(const CodecCase& c, int n, const char* transport, size_t count
   std::vector<double> want(count, 0.0);
   for (int r = 0; r < n; ++r) {
     auto in = input(r, count);
-    for (size_t i = 0; i < count; ++i) want[i] += in[i];
+    for (size_t i = 0; i < count; ++i)
+      want[i] += in[i];
   }
   const double err = relL2(out[0], want);
   printf("codec %-10s N=%d %-8s relative L2 error %.3g\n", c.codec, n, transport, err);
@@ -85,7 +88,8 @@ void runAllReduce(const CodecCase& c, int n, const char* transport, size_t count
 }
 
 TEST_P(CodecCollectives, AllReduceBitIdenticalWithinBound) {
-  for (int n : {2, 3, 4, 8}) runAllReduce(GetParam(), n, "loopback", 100003);
+  for (int n : {2, 3, 4, 8})
+    runAllReduce(GetParam(), n, "loopback", 100003);
   runAllReduce(GetParam(), 3, "tcp", 40009);
 }
 
@@ -96,7 +100,8 @@ TEST_P(CodecCollectives, AllGatherAndBroadcastBitIdentical) {
   RankOptions opt;
   opt.chunkBytes = 16 << 10;
   opt.codec = c.codec;
-  std::vector<std::vector<float>> gathered(n, std::vector<float>(count * n)), bcast(n, std::vector<float>(count));
+  std::vector<std::vector<float>> gathered(n, std::vector<float>(count * n)),
+      bcast(n, std::vector<float>(count));
   std::vector<std::string> errors(n);
   runRanks(n, opt, [&](int rank, gs_comm_t comm) {
     auto in = input(rank, count);
@@ -107,7 +112,8 @@ TEST_P(CodecCollectives, AllGatherAndBroadcastBitIdentical) {
                      comm, nullptr) != GS_OK)
       errors[rank] = gs_last_error();
   });
-  for (int r = 0; r < n; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+  for (int r = 0; r < n; ++r)
+    ASSERT_EQ(errors[r], "") << "rank " << r;
   for (int r = 1; r < n; ++r) {
     EXPECT_EQ(memcmp(gathered[0].data(), gathered[r].data(), count * n * sizeof(float)), 0)
         << c.codec << ": allgather rank " << r;
@@ -129,20 +135,26 @@ TEST_P(CodecCollectives, IntegersStayExactAndAverageIsFinalizedOnce) {
         b[4999] != 6 || b[0] != 6)
       errors[rank] = std::string("int32 sum not exact: ") + gs_last_error();
     std::vector<float> f(1000, static_cast<float>(3 * (rank + 1)));
-    if (gs_allreduce(f.data(), avg[rank].data(), f.size(), GS_FLOAT32, GS_AVG, comm, nullptr) != GS_OK)
+    if (gs_allreduce(f.data(), avg[rank].data(), f.size(), GS_FLOAT32, GS_AVG, comm, nullptr) !=
+        GS_OK)
       errors[rank] = gs_last_error();
   });
-  for (int r = 0; r < n; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+  for (int r = 0; r < n; ++r)
+    ASSERT_EQ(errors[r], "") << "rank " << r;
   // Mean of 3, 6, 9 is 6; a lossy codec may perturb it slightly, a double division would halve it.
   EXPECT_NEAR(avg[0][500], 6.0, 6.0 * std::max(c.maxRelL2, 1e-6) * 3);
-  for (int r = 1; r < n; ++r) EXPECT_EQ(memcmp(avg[0].data(), avg[r].data(), 4000), 0);
+  for (int r = 1; r < n; ++r)
+    EXPECT_EQ(memcmp(avg[0].data(), avg[r].data(), 4000), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Codecs, CodecCollectives, ::testing::ValuesIn(kCases),
+INSTANTIATE_TEST_SUITE_P(Codecs,
+                         CodecCollectives,
+                         ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<CodecCase>& p) {
                            std::string name = p.param.codec;
                            for (char& ch : name) {
-                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                             if (!isalnum(static_cast<unsigned char>(ch)))
+                               ch = '_';
                            }
                            return name;
                          });

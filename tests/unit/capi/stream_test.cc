@@ -15,7 +15,9 @@
 namespace gs::testing {
 namespace {
 
-float grad(int rank, size_t i) { return std::sin(0.001f * static_cast<float>(i * (rank + 1))) + 0.1f * rank; }
+float grad(int rank, size_t i) {
+  return std::sin(0.001f * static_cast<float>(i * (rank + 1))) + 0.1f * rank;
+}
 
 TEST(GradientStream, ReducesEveryRangeWhateverTheOrder) {
   const int n = 3;
@@ -33,13 +35,17 @@ TEST(GradientStream, ReducesEveryRangeWhateverTheOrder) {
       return;
     }
     for (int iter = 0; iter < 3; ++iter) {
-      for (size_t i = 0; i < count; ++i) buf[i] = grad(rank, i) * static_cast<float>(iter + 1);
+      for (size_t i = 0; i < count; ++i)
+        buf[i] = grad(rank, i) * static_cast<float>(iter + 1);
       gs_stream_begin(s);
       // Ranges of 1000: rank 0 marks them last first, rank 1 first first, rank 2 interleaved.
       std::vector<size_t> starts;
-      for (size_t off = 0; off < count; off += 1000) starts.push_back(off);
-      if (rank == 0) std::reverse(starts.begin(), starts.end());
-      if (rank == 2) std::rotate(starts.begin(), starts.begin() + 4, starts.end());
+      for (size_t off = 0; off < count; off += 1000)
+        starts.push_back(off);
+      if (rank == 0)
+        std::reverse(starts.begin(), starts.end());
+      if (rank == 2)
+        std::rotate(starts.begin(), starts.begin() + 4, starts.end());
       for (size_t off : starts) {
         if (gs_stream_ready(s, off, std::min<size_t>(1000, count - off)) != GS_OK)
           errors[rank] = gs_last_error();
@@ -50,12 +56,14 @@ TEST(GradientStream, ReducesEveryRangeWhateverTheOrder) {
     out[rank] = buf;
     gs_stream_close(s);
   });
-  for (int r = 0; r < n; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+  for (int r = 0; r < n; ++r)
+    ASSERT_EQ(errors[r], "") << "rank " << r;
   for (size_t i = 0; i < count; i += 101) {
     const float want = 3.f * (grad(0, i) + grad(1, i) + grad(2, i));
     ASSERT_NEAR(out[0][i], want, 1e-4f * (1 + std::fabs(want))) << i;
   }
-  for (int r = 1; r < n; ++r) EXPECT_EQ(memcmp(out[0].data(), out[r].data(), count * 4), 0);
+  for (int r = 1; r < n; ++r)
+    EXPECT_EQ(memcmp(out[0].data(), out[r].data(), count * 4), 0);
 }
 
 TEST(GradientStream, MisuseIsAnErrorNotAHang) {
@@ -71,7 +79,8 @@ TEST(GradientStream, MisuseIsAnErrorNotAHang) {
     EXPECT_EQ(gs_stream_ready(s, 40, 5), GS_ERR_INVALID_ARGUMENT);
     EXPECT_NE(std::string(gs_last_error()).find("overlaps"), std::string::npos) << gs_last_error();
     EXPECT_EQ(gs_stream_wait(s, 100), GS_ERR_INVALID_ARGUMENT);
-    EXPECT_NE(std::string(gs_last_error()).find("never marked"), std::string::npos) << gs_last_error();
+    EXPECT_NE(std::string(gs_last_error()).find("never marked"), std::string::npos)
+        << gs_last_error();
     EXPECT_EQ(gs_stream_ready(s, 50, 50), GS_OK);
     EXPECT_EQ(gs_stream_wait(s, 5000), GS_OK);
     EXPECT_EQ(gs_stream_close(s), GS_OK);
@@ -79,10 +88,12 @@ TEST(GradientStream, MisuseIsAnErrorNotAHang) {
     gs_stream_config_init(&cfg);
     cfg.error_feedback = 1;
     std::vector<int32_t> ints(10);
-    EXPECT_EQ(gs_stream_open(comm, ints.data(), 10, GS_INT32, GS_SUM, &cfg, &s), GS_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(gs_stream_open(comm, ints.data(), 10, GS_INT32, GS_SUM, &cfg, &s),
+              GS_ERR_INVALID_ARGUMENT);
     cfg.error_feedback = 0;
     cfg.codec = "int5";
-    EXPECT_EQ(gs_stream_open(comm, buf.data(), 100, GS_FLOAT32, GS_SUM, &cfg, &s), GS_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(gs_stream_open(comm, buf.data(), 100, GS_FLOAT32, GS_SUM, &cfg, &s),
+              GS_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(gs_stream_close(nullptr), GS_OK);
   });
 }
@@ -103,13 +114,16 @@ double meanError(bool errorFeedback) {
     cfg.error_feedback = errorFeedback ? 1 : 0;
     cfg.bucket_bytes = 8192;
     gs_stream_t s = nullptr;
-    ASSERT_EQ(gs_stream_open(comm, buf.data(), count, GS_FLOAT32, GS_SUM, &cfg, &s), GS_OK) << gs_last_error();
+    ASSERT_EQ(gs_stream_open(comm, buf.data(), count, GS_FLOAT32, GS_SUM, &cfg, &s), GS_OK)
+        << gs_last_error();
     for (int it = 0; it < iters; ++it) {
-      for (size_t i = 0; i < count; ++i) buf[i] = grad(rank, i);
+      for (size_t i = 0; i < count; ++i)
+        buf[i] = grad(rank, i);
       ASSERT_EQ(gs_stream_begin(s), GS_OK);
       ASSERT_EQ(gs_stream_ready(s, 0, count), GS_OK);
       ASSERT_EQ(gs_stream_wait(s, -1), GS_OK) << gs_last_error();
-      for (size_t i = 0; i < count; ++i) acc[i] += buf[i];
+      for (size_t i = 0; i < count; ++i)
+        acc[i] += buf[i];
     }
     double num = 0, den = 0;
     for (size_t i = 0; i < count; ++i) {

@@ -24,16 +24,11 @@ struct Bound {
 
 // Bounds are ~1.5x the measured values (measured table in codecs/README.md).
 const Bound kBounds[] = {
-    {"raw", 0, 0, 1e-7},
-    {"fp16", 4e-4, 4e-4, 4e-4},
-    {"bf16", 3e-3, 3e-3, 3e-3},
-    {"fp8e4m3", 3.5e-2, 3.5e-2, 3.5e-2},
-    {"fp8e5m2", 7e-2, 7e-2, 7e-2},
-    {"int8", 1.2e-2, 3.5e-2, 1.2e-2},
-    {"int4", 0.22, 0.45, 0.22},
-    {"int8,sr", 2e-2, 6e-2, 2e-2},
-    {"int4,sr", 0.35, 0.75, 0.35},
-    {"topk:0.01", 0.99, 0.75, 0.99},
+    {"raw", 0, 0, 1e-7},           {"fp16", 4e-4, 4e-4, 4e-4},
+    {"bf16", 3e-3, 3e-3, 3e-3},    {"fp8e4m3", 3.5e-2, 3.5e-2, 3.5e-2},
+    {"fp8e5m2", 7e-2, 7e-2, 7e-2}, {"int8", 1.2e-2, 3.5e-2, 1.2e-2},
+    {"int4", 0.22, 0.45, 0.22},    {"int8,sr", 2e-2, 6e-2, 2e-2},
+    {"int4,sr", 0.35, 0.75, 0.35}, {"topk:0.01", 0.99, 0.75, 0.99},
     {"topk:0.1", 0.85, 0.6, 0.85},
 };
 
@@ -61,8 +56,9 @@ double relL2(const std::vector<double>& ref, const std::vector<float>& got) {
 
 TEST(CodecErrorBounds, RelativeL2ErrorStaysUnderTheDocumentedBound) {
   const size_t n = 1 << 20;
-  std::printf("| codec | rel L2, normal | rel L2, 0.1%% outliers x100 | rel L2, 4-rank sum | "
-              "wire bytes/element (fp32 in) |\n|---|---|---|---|---|\n");
+  std::printf(
+      "| codec | rel L2, normal | rel L2, 0.1%% outliers x100 | rel L2, 4-rank sum | "
+      "wire bytes/element (fp32 in) |\n|---|---|---|---|---|\n");
   for (const Bound& b : kBounds) {
     auto c = makeCodec(CodecSpec::parse(b.name));
     std::vector<uint8_t> wire(c->maxEncodedBytes(DataType::kFloat32, n));
@@ -72,9 +68,9 @@ TEST(CodecErrorBounds, RelativeL2ErrorStaysUnderTheDocumentedBound) {
       const std::vector<float> x = normal(n, 100 + outl, outl == 1);
       sz = c->encode(DataType::kFloat32, x.data(), n, wire.data(), 7);
       std::vector<float> y(n);
-      ASSERT_EQ(c->decode(DataType::kFloat32, wire.data(), sz.metaBytes, sz.payloadBytes, n,
-                          y.data()),
-                nullptr);
+      ASSERT_EQ(
+          c->decode(DataType::kFloat32, wire.data(), sz.metaBytes, sz.payloadBytes, n, y.data()),
+          nullptr);
       results[outl] = relL2(std::vector<double>(x.begin(), x.end()), y);
     }
     std::vector<double> ref(n, 0.0);

@@ -19,10 +19,10 @@
 namespace gs::codecs {
 namespace {
 
-const std::vector<std::string> kLossy = {"fp16", "bf16", "fp8e4m3", "fp8e5m2", "int8",
-                                         "int4", "topk:0.1", "fp16,sr", "bf16,sr",
-                                         "fp8e4m3,sr", "fp8e5m2,sr", "int8,sr", "int4,sr",
-                                         "int8,block=64", "int4,block=8"};
+const std::vector<std::string> kLossy = {"fp16",    "bf16",          "fp8e4m3",     "fp8e5m2",
+                                         "int8",    "int4",          "topk:0.1",    "fp16,sr",
+                                         "bf16,sr", "fp8e4m3,sr",    "fp8e5m2,sr",  "int8,sr",
+                                         "int4,sr", "int8,block=64", "int4,block=8"};
 const std::vector<DataType> kFloatTypes = {DataType::kFloat32, DataType::kFloat16,
                                            DataType::kBFloat16, DataType::kFloat64};
 
@@ -127,16 +127,32 @@ TEST(CodecSpec, ParsesEveryNameAndOption) {
   EXPECT_EQ(t.id, CodecId::kTopK);
   EXPECT_FLOAT_EQ(t.topkFraction, 0.01f);
   EXPECT_EQ(t.name(), "topk:0.01");
-  for (const char* n : {"raw", "fp16", "bf16,sr", "fp8e4m3", "fp8e5m2,block=64", "int8", "int4",
-                        "topk:0.25"})
+  for (const char* n :
+       {"raw", "fp16", "bf16,sr", "fp8e4m3", "fp8e5m2,block=64", "int8", "int4", "topk:0.25"})
     EXPECT_EQ(CodecSpec::parse(n).name(), n);
 }
 
 TEST(CodecSpec, RejectsBadNamesAndOptions) {
-  for (const char* bad : {"", "fp32", "int2", "topk", "topk:", "topk:0", "topk:1.5", "topk:abc",
-                          "topk:-0.1", "int8:3", "raw,sr", "topk:0.1,sr", "int8,block=7",
-                          "int8,block=0", "int8,block=65544", "int8,block=", "fp16,block=64",
-                          "int8,foo", "int8,", "int8,block=-8"}) {
+  for (const char* bad : {"",
+                          "fp32",
+                          "int2",
+                          "topk",
+                          "topk:",
+                          "topk:0",
+                          "topk:1.5",
+                          "topk:abc",
+                          "topk:-0.1",
+                          "int8:3",
+                          "raw,sr",
+                          "topk:0.1,sr",
+                          "int8,block=7",
+                          "int8,block=0",
+                          "int8,block=65544",
+                          "int8,block=",
+                          "fp16,block=64",
+                          "int8,foo",
+                          "int8,",
+                          "int8,block=-8"}) {
     try {
       CodecSpec::parse(bad);
       ADD_FAILURE() << "'" << bad << "' was accepted";
@@ -186,9 +202,9 @@ TEST(Codecs, RoundTripsOddCountsForEveryDtype) {
         const Buf src = randomBuf(dt, n, n + 11);
         const Encoded e = encodeAll(*c, src, n, 5);
         Buf dst(dt, n);
-        ASSERT_EQ(c->decode(dt, e.wire.data(), e.size.metaBytes, e.size.payloadBytes, n,
-                            dst.data()),
-                  nullptr)
+        ASSERT_EQ(
+            c->decode(dt, e.wire.data(), e.size.metaBytes, e.size.payloadBytes, n, dst.data()),
+            nullptr)
             << name;
         double num = 0, den = 0;
         for (size_t i = 0; i < n; ++i) {
@@ -197,8 +213,9 @@ TEST(Codecs, RoundTripsOddCountsForEveryDtype) {
           den += src.get(i) * src.get(i);
         }
         const double rel = n ? std::sqrt(num / den) : 0;
-        const double bound = name.rfind("topk", 0) == 0 ? 1.0 : name.rfind("int4", 0) == 0 ? 0.2
-                                                                                            : 0.08;
+        const double bound = name.rfind("topk", 0) == 0   ? 1.0
+                             : name.rfind("int4", 0) == 0 ? 0.2
+                                                          : 0.08;
         EXPECT_LT(rel, bound) << name << " " << dataTypeName(dt) << " n=" << n;
       }
     }
@@ -224,8 +241,8 @@ TEST(Codecs, DecodeReduceMatchesDecodeThenReduceForEveryOp) {
           Buf dst = opnd;
           Buf out(dt, n);
           void* d = inPlace ? dst.data() : out.data();
-          ASSERT_EQ(c->decodeReduce(dt, op, e.wire.data(), e.size.metaBytes, e.size.payloadBytes,
-                                    n, dst.data(), d, false),
+          ASSERT_EQ(c->decodeReduce(dt, op, e.wire.data(), e.size.metaBytes, e.size.payloadBytes, n,
+                                    dst.data(), d, false),
                     nullptr);
           const Buf& got = inPlace ? dst : out;
           for (size_t i = 0; i < n; ++i) {
@@ -246,8 +263,8 @@ TEST(Codecs, DecodeReduceMatchesDecodeThenReduceForEveryOp) {
             }
             Buf one(dt, 1);
             one.set(0, want);
-            ASSERT_EQ(got.get(i), one.get(0)) << name << " " << dataTypeName(dt) << " op " << o
-                                              << " i=" << i;
+            ASSERT_EQ(got.get(i), one.get(0))
+                << name << " " << dataTypeName(dt) << " op " << o << " i=" << i;
           }
         }
       }
@@ -359,8 +376,8 @@ TEST(Codecs, NonFiniteInputsPoisonOnlyTheirBlock) {
       src.set(300, bad);  // block 1 of 256-element blocks
       const Encoded e = encodeAll(*c, src, 1000);
       Buf dst(DataType::kFloat32, 1000);
-      ASSERT_EQ(c->decode(DataType::kFloat32, e.wire.data(), e.size.metaBytes,
-                          e.size.payloadBytes, 1000, dst.data()),
+      ASSERT_EQ(c->decode(DataType::kFloat32, e.wire.data(), e.size.metaBytes, e.size.payloadBytes,
+                          1000, dst.data()),
                 nullptr);
       for (size_t i = 0; i < 1000; ++i) {
         if (i >= 256 && i < 512)
@@ -403,7 +420,8 @@ TEST(Codecs, NonFiniteInputsPoisonOnlyTheirBlock) {
 
 // ---- stochastic rounding ----
 TEST(Codecs, StochasticRoundingIsDeterministicPerSeedAndUnbiased) {
-  for (const char* name : {"fp16,sr", "bf16,sr", "fp8e4m3,sr", "fp8e5m2,sr", "int8,sr", "int4,sr"}) {
+  for (const char* name :
+       {"fp16,sr", "bf16,sr", "fp8e4m3,sr", "fp8e5m2,sr", "int8,sr", "int4,sr"}) {
     auto c = makeCodec(CodecSpec::parse(name));
     const size_t n = 4096;
     Buf src(DataType::kFloat32, n);
@@ -422,8 +440,8 @@ TEST(Codecs, StochasticRoundingIsDeterministicPerSeedAndUnbiased) {
     double oneErr = 0;
     for (int s = 0; s < kSeeds; ++s) {
       const Encoded e = encodeAll(*c, src, n, s);
-      ASSERT_EQ(c->decode(DataType::kFloat32, e.wire.data(), e.size.metaBytes,
-                          e.size.payloadBytes, n, dst.data()),
+      ASSERT_EQ(c->decode(DataType::kFloat32, e.wire.data(), e.size.metaBytes, e.size.payloadBytes,
+                          n, dst.data()),
                 nullptr);
       for (size_t i = 0; i < n; ++i) {
         mean[i] += dst.get(i) / kSeeds;
@@ -452,10 +470,11 @@ TEST(Codecs, PortableAndAvx2LoopsAreBitIdentical) {
       const size_t n = 4133;
       Buf src = randomBuf(dt, n, 8, 1.0);
       // Special values, subnormals and a wide dynamic range.
-      const double specials[] = {0.0, -0.0, 1e-40, -3e-39, 6e-8, 65504, 65520, 1e30, -1e-30,
-                                 NAN, INFINITY, 1.5, 2.5, -0.5};
+      const double specials[] = {0.0,  -0.0,   1e-40, -3e-39,   6e-8, 65504, 65520,
+                                 1e30, -1e-30, NAN,   INFINITY, 1.5,  2.5,   -0.5};
       for (size_t i = 0; i < n; i += 1 + rng() % 50)
-        src.set(i, specials[rng() % 14] * (rng() % 3 == 0 ? std::ldexp(1.0, int(rng() % 40) - 20) : 1));
+        src.set(
+            i, specials[rng() % 14] * (rng() % 3 == 0 ? std::ldexp(1.0, int(rng() % 40) - 20) : 1));
       const Buf opnd = randomBuf(dt, n, 9);
       std::vector<std::vector<uint8_t>> outs[2];
       for (int force = 0; force < 2; ++force) {
@@ -463,9 +482,9 @@ TEST(Codecs, PortableAndAvx2LoopsAreBitIdentical) {
         const Encoded e = encodeAll(*c, src, n, 77);
         outs[force].push_back(e.wire);
         Buf dec(dt, n);
-        EXPECT_EQ(c->decode(dt, e.wire.data(), e.size.metaBytes, e.size.payloadBytes, n,
-                            dec.data()),
-                  nullptr);
+        EXPECT_EQ(
+            c->decode(dt, e.wire.data(), e.size.metaBytes, e.size.payloadBytes, n, dec.data()),
+            nullptr);
         outs[force].push_back(dec.bytes);
         for (int o = 0; o < kNumReduceOps; ++o) {
           Buf dst = opnd;
@@ -598,8 +617,8 @@ TEST(ErrorFeedback, ResidualCarriesWhatTheCodecDropped) {
     applyResidual(DataType::kFloat32, x.data(), residual.data(), n);
     const Encoded e = encodeAll(*c, x, n);
     Buf d(DataType::kFloat32, n);
-    ASSERT_EQ(c->decode(DataType::kFloat32, e.wire.data(), e.size.metaBytes, e.size.payloadBytes,
-                        n, d.data()),
+    ASSERT_EQ(c->decode(DataType::kFloat32, e.wire.data(), e.size.metaBytes, e.size.payloadBytes, n,
+                        d.data()),
               nullptr);
     updateResidual(DataType::kFloat32, x.data(), d.data(), residual.data(), n);
     for (size_t i = 0; i < n; ++i)

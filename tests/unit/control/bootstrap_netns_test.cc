@@ -5,11 +5,11 @@
 #include <sched.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
 #include <cstdlib>
 #include <string>
 #include <thread>
+
+#include <gtest/gtest.h>
 
 #include "common/error.h"
 #include "control/bootstrap.h"
@@ -40,10 +40,13 @@ class NetnsPair {
 
   // Returns an empty string on success, else what failed.
   std::string create() {
-    if (!sh("ip netns add " + a_)) return "ip netns add failed";
-    if (!sh("ip netns add " + b_)) return "ip netns add failed";
+    if (!sh("ip netns add " + a_))
+      return "ip netns add failed";
+    if (!sh("ip netns add " + b_))
+      return "ip netns add failed";
     const std::string steps[] = {
-        "ip link add " + vethA_ + " netns " + a_ + " type veth peer name " + vethB_ + " netns " + b_,
+        "ip link add " + vethA_ + " netns " + a_ + " type veth peer name " + vethB_ + " netns " +
+            b_,
         "ip -n " + a_ + " addr add 198.18.0.1/24 dev " + vethA_,
         "ip -n " + b_ + " addr add 198.18.0.2/24 dev " + vethB_,
         "ip -n " + a_ + " link set " + vethA_ + " up",
@@ -52,7 +55,8 @@ class NetnsPair {
         "ip -n " + b_ + " link set lo up",
     };
     for (const auto& step : steps) {
-      if (!sh(step)) return "'" + step + "' failed";
+      if (!sh(step))
+        return "'" + step + "' failed";
     }
     return "";
   }
@@ -75,11 +79,14 @@ void enterNetns(const std::string& name) {
 }
 
 TEST(NetnsRendezvous, ClientInAnotherNamespaceReportsItsOwnAddress) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
-  if (!sh("ip -V")) GTEST_SKIP() << "iproute2 ('ip') is not installed";
+  if (geteuid() != 0)
+    GTEST_SKIP() << "needs root to create network namespaces";
+  if (!sh("ip -V"))
+    GTEST_SKIP() << "iproute2 ('ip') is not installed";
   NetnsPair netns;
   std::string failure = netns.create();
-  if (!failure.empty()) GTEST_SKIP() << "cannot set up network namespaces: " << failure;
+  if (!failure.empty())
+    GTEST_SKIP() << "cannot set up network namespaces: " << failure;
 
   Config config;
   config.timeoutMs = 5000;
@@ -109,7 +116,8 @@ TEST(NetnsRendezvous, ClientInAnotherNamespaceReportsItsOwnAddress) {
       local = client.localAddress();
       std::vector<uint8_t> payload(local.begin(), local.end());
       auto gathered = client.allgather(payload, deadline);
-      if (all) *all = gathered;
+      if (all)
+        *all = gathered;
     } catch (const Error& e) {
       error = e.what();
     }

@@ -6,13 +6,13 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
 #include <chrono>
 #include <functional>
 #include <optional>
 #include <random>
 #include <thread>
+
+#include <gtest/gtest.h>
 
 #include "common/error.h"
 #include "control/bootstrap_wire.h"
@@ -31,7 +31,8 @@ Config testConfig(int64_t timeoutMs) {
 std::vector<uint8_t> payloadFor(int rank) {
   // Distinct contents and lengths, including an empty payload for rank 0.
   std::vector<uint8_t> p(static_cast<size_t>(rank) * 37);
-  for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<uint8_t>(rank * 31 + i);
+  for (size_t i = 0; i < p.size(); ++i)
+    p[i] = static_cast<uint8_t>(rank * 31 + i);
   return p;
 }
 
@@ -57,27 +58,31 @@ RankOutcome runRank(const UniqueId& id, int rank, int nranks, Deadline deadline)
 }
 
 // Runs ranks [first, first + count) of nranks as threads.
-std::vector<RankOutcome> runRanks(const UniqueId& id, int nranks, Deadline deadline,
-                                  int first = 0, int count = -1) {
-  if (count < 0) count = nranks - first;
+std::vector<RankOutcome> runRanks(
+    const UniqueId& id, int nranks, Deadline deadline, int first = 0, int count = -1) {
+  if (count < 0)
+    count = nranks - first;
   std::vector<RankOutcome> outcomes(static_cast<size_t>(count));
   std::vector<std::thread> threads;
   for (int i = 0; i < count; ++i) {
     threads.emplace_back([&, i] { outcomes[i] = runRank(id, first + i, nranks, deadline); });
   }
-  for (auto& t : threads) t.join();
+  for (auto& t : threads)
+    t.join();
   return outcomes;
 }
 
 void expectComplete(const RankOutcome& o, int nranks) {
   ASSERT_FALSE(o.error.has_value()) << o.message;
   ASSERT_EQ(o.all.size(), static_cast<size_t>(nranks));
-  for (int r = 0; r < nranks; ++r) EXPECT_EQ(o.all[r], payloadFor(r)) << "rank " << r;
+  for (int r = 0; r < nranks; ++r)
+    EXPECT_EQ(o.all[r], payloadFor(r)) << "rank " << r;
 }
 
 bool waitFinished(const RendezvousServer& server, std::chrono::milliseconds limit) {
   auto deadline = Deadline::after(limit);
-  while (!server.finished() && !deadline.expired()) std::this_thread::sleep_for(5ms);
+  while (!server.finished() && !deadline.expired())
+    std::this_thread::sleep_for(5ms);
   return server.finished();
 }
 
@@ -120,7 +125,8 @@ TEST(Bootstrap, UniqueIdFromRegistryRoundTripsThroughBytes) {
   auto bytes = made.serialize();
   UniqueId parsed = UniqueId::parse(bytes);
   auto outcomes = runRanks(parsed, 2, Deadline::afterMs(2500));
-  for (const auto& o : outcomes) expectComplete(o, 2);
+  for (const auto& o : outcomes)
+    expectComplete(o, 2);
   shutdownRendezvousServers();
 }
 
@@ -152,7 +158,8 @@ TEST(Bootstrap, RanksMayArriveBeforeTheServer) {
   std::this_thread::sleep_for(300ms);
   RendezvousServer server("127.0.0.1", port, secret, testConfig(2000));
   ranks.join();
-  for (const auto& o : outcomes) expectComplete(o, 3);
+  for (const auto& o : outcomes)
+    expectComplete(o, 3);
 }
 
 TEST(Bootstrap, ConnectTimesOutWhenNoServerAppears) {
@@ -185,7 +192,8 @@ TEST(Bootstrap, WrongSecretIsRejectedAndTheOthersComplete) {
   EXPECT_EQ(impostor.message.rfind("rendezvous refused: wrong communicator secret", 0), 0u)
       << impostor.message;
   auto outcomes = runRanks(good, 2, Deadline::afterMs(2500));
-  for (const auto& o : outcomes) expectComplete(o, 2);
+  for (const auto& o : outcomes)
+    expectComplete(o, 2);
 }
 
 TEST(Bootstrap, DuplicateRankIsRejectedWithAClearMessage) {
@@ -288,7 +296,8 @@ class RawSocket {
     uint8_t buf[4096];
     for (;;) {
       ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
-      if (n <= 0) break;
+      if (n <= 0)
+        break;
       all.insert(all.end(), buf, buf + n);
     }
     return all;
@@ -297,7 +306,8 @@ class RawSocket {
     size_t got = 0;
     while (got < len) {
       ssize_t n = ::recv(fd_, out + got, len - got, 0);
-      if (n <= 0) return false;
+      if (n <= 0)
+        return false;
       got += static_cast<size_t>(n);
     }
     return true;
@@ -310,7 +320,8 @@ class RawSocket {
 
 std::vector<uint8_t> rawHeader(wire::MsgType type, uint32_t bodyLen) {
   auto h = wire::frame(type, {});
-  for (int i = 0; i < 4; ++i) h[8 + i] = static_cast<uint8_t>(bodyLen >> (8 * i));
+  for (int i = 0; i < 4; ++i)
+    h[8 + i] = static_cast<uint8_t>(bodyLen >> (8 * i));
   return h;
 }
 
@@ -323,7 +334,8 @@ TEST(Bootstrap, GarbageAndHugeLengthsDoNotHurtTheServer) {
     RawSocket s(id.port);
     ASSERT_TRUE(s.connected());
     std::vector<uint8_t> junk(4096);
-    for (auto& b : junk) b = static_cast<uint8_t>(rng());
+    for (auto& b : junk)
+      b = static_cast<uint8_t>(rng());
     s.send(junk);
     s.readToEnd();  // the server answers with a status (or nothing) and closes
   }
@@ -357,8 +369,8 @@ TEST(Bootstrap, GarbageAndHugeLengthsDoNotHurtTheServer) {
     wire::Nonce serverNonce{};
     std::copy_n(challenge.begin() + wire::kHeaderBytes, serverNonce.size(), serverNonce.begin());
     auto input = wire::registrationTagInput(serverNonce, 1, 2);
-    wire::Registration reg{1, 2, authTag(id.secret, wire::kClientDomain, input.data(),
-                                         input.size())};
+    wire::Registration reg{1, 2,
+                           authTag(id.secret, wire::kClientDomain, input.data(), input.size())};
     s.send(wire::frame(wire::MsgType::kRegister, wire::encodeRegistration(reg)));
     std::vector<uint8_t> ok(wire::kHeaderBytes + 4);
     ASSERT_TRUE(s.readExact(ok.data(), ok.size()));
@@ -370,7 +382,8 @@ TEST(Bootstrap, GarbageAndHugeLengthsDoNotHurtTheServer) {
   }
   // Rank 1's slot was freed when the hostile connection closed; the real ranks complete.
   auto outcomes = runRanks(id, 2, Deadline::afterMs(2500));
-  for (const auto& o : outcomes) expectComplete(o, 2);
+  for (const auto& o : outcomes)
+    expectComplete(o, 2);
 }
 
 // ---- the wire decoders on their own ------------------------------------------------------------

@@ -60,7 +60,8 @@ TEST(InterfaceAddress, LoopbackAndMissingInterface) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Errc::kInvalidArgument);
-    EXPECT_STREQ(e.what(), "GS_SOCKET_IFNAME=gs-no-such-if: no such interface or it has no address");
+    EXPECT_STREQ(e.what(),
+                 "GS_SOCKET_IFNAME=gs-no-such-if: no such interface or it has no address");
   }
 }
 

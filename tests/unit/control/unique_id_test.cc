@@ -1,8 +1,8 @@
 #include "control/unique_id.h"
 
-#include <gtest/gtest.h>
-
 #include <random>
+
+#include <gtest/gtest.h>
 
 #include "common/error.h"
 
@@ -65,8 +65,10 @@ TEST(UniqueId, RejectsGarbage) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 200; ++trial) {
     std::array<uint8_t, 128> random{};
-    for (auto& b : random) b = static_cast<uint8_t>(rng());
-    if (trial % 2) std::copy_n(good.begin(), 6, random.begin());  // plausible header
+    for (auto& b : random)
+      b = static_cast<uint8_t>(rng());
+    if (trial % 2)
+      std::copy_n(good.begin(), 6, random.begin());  // plausible header
     expectInvalid(random, "random bytes");
   }
   UniqueId portZero = sampleId("10.0.0.1");

@@ -18,14 +18,21 @@ class TransportTest : public ::testing::TestWithParam<std::string> {
 
 std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
   std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(seed + i * 31 + (i >> 8));
+  for (size_t i = 0; i < n; ++i)
+    v[i] = static_cast<uint8_t>(seed + i * 31 + (i >> 8));
   return v;
 }
 
 // Writes src (one segment) from rank `from` to rank `to`'s region at offset, then pumps until
 // both completions arrived.
-void writeAndWait(std::vector<Rank>& ranks, int from, int to, const MemoryRegion& src,
-                  size_t length, const MemoryRegion& dst, uint64_t offset, uint32_t imm) {
+void writeAndWait(std::vector<Rank>& ranks,
+                  int from,
+                  int to,
+                  const MemoryRegion& src,
+                  size_t length,
+                  const MemoryRegion& dst,
+                  uint64_t offset,
+                  uint32_t imm) {
   LocalSegment seg{&src, 0, length};
   const size_t writes = countKind(ranks[from], CompletionKind::kWrite);
   const size_t landed = countKind(ranks[to], CompletionKind::kRemoteWrite);
@@ -50,20 +57,24 @@ TEST_P(TransportTest, ThreeRanksConnectInDifferentOrdersAndExchange) {
   auto ranks = connectRanks(backend(), 3);
   std::vector<std::vector<uint8_t>> in(3, std::vector<uint8_t>(3 * 64, 0));
   std::vector<std::unique_ptr<MemoryRegion>> inRegions;
-  for (int r = 0; r < 3; ++r) inRegions.push_back(ranks[r].device->registerMemory(in[r].data(), in[r].size()));
+  for (int r = 0; r < 3; ++r)
+    inRegions.push_back(ranks[r].device->registerMemory(in[r].data(), in[r].size()));
   std::vector<uint8_t> out = pattern(64, 5);
   std::vector<std::unique_ptr<MemoryRegion>> outRegions;
-  for (int r = 0; r < 3; ++r) outRegions.push_back(ranks[r].device->registerMemory(out.data(), out.size()));
+  for (int r = 0; r < 3; ++r)
+    outRegions.push_back(ranks[r].device->registerMemory(out.data(), out.size()));
   for (int from = 0; from < 3; ++from) {
     for (int to = 0; to < 3; ++to) {
-      if (from == to) continue;
+      if (from == to)
+        continue;
       writeAndWait(ranks, from, to, *outRegions[from], 64, *inRegions[to], 64 * from,
                    static_cast<uint32_t>(from));
     }
   }
   for (int to = 0; to < 3; ++to) {
     for (int from = 0; from < 3; ++from) {
-      if (from == to) continue;
+      if (from == to)
+        continue;
       EXPECT_EQ(0, memcmp(in[to].data() + 64 * from, out.data(), 64)) << from << "->" << to;
     }
   }
@@ -106,11 +117,13 @@ TEST_P(TransportTest, MultiSegmentWriteLandsContiguously) {
   auto rb = ranks[0].device->registerMemory(b.data(), b.size());
   auto rc = ranks[0].device->registerMemory(c.data(), c.size());
   auto rd = ranks[1].device->registerMemory(dst.data(), dst.size());
-  LocalSegment segs[] = {{ra.get(), 10, 90}, {rb.get(), 0, 3000}, {rc.get(), 0, 0},
-                         {rc.get(), 2, 5}};
+  LocalSegment segs[] = {
+      {ra.get(), 10, 90}, {rb.get(), 0, 3000}, {rc.get(), 0, 0}, {rc.get(), 2, 5}};
   ASSERT_EQ(ranks[0].peers[1]->postWrite(segs, rd->remoteKey(), 5, 42, 1), PostResult::kOk);
-  ASSERT_TRUE(pump(ranks, [&] { return countKind(ranks[1], CompletionKind::kRemoteWrite) == 1 &&
-                                       countKind(ranks[0], CompletionKind::kWrite) == 1; }));
+  ASSERT_TRUE(pump(ranks, [&] {
+    return countKind(ranks[1], CompletionKind::kRemoteWrite) == 1 &&
+           countKind(ranks[0], CompletionKind::kWrite) == 1;
+  }));
   const Completion* got = findKind(ranks[1], CompletionKind::kRemoteWrite);
   EXPECT_EQ(got->imm, 42u);
   EXPECT_EQ(got->length, 90u + 3000u + 5u);
@@ -139,9 +152,9 @@ TEST_P(TransportTest, ManyWritesInFlightWithBackPressure) {
          std::chrono::steady_clock::now() < until) {
     while (posted < kWrites) {
       LocalSegment seg{rs.get(), (posted % kSlots) * kSlot, kSlot};
-      PostResult r = ranks[0].peers[1]->postWrite({&seg, 1}, rd->remoteKey(),
-                                                  (posted % kSlots) * kSlot,
-                                                  static_cast<uint32_t>(posted), posted);
+      PostResult r =
+          ranks[0].peers[1]->postWrite({&seg, 1}, rd->remoteKey(), (posted % kSlots) * kSlot,
+                                       static_cast<uint32_t>(posted), posted);
       ASSERT_NE(r, PostResult::kError) << ranks[0].peers[1]->errorMessage();
       if (r == PostResult::kWouldBlock) {
         ++wouldBlock;
@@ -179,17 +192,21 @@ TEST_P(TransportTest, SendRecvFifo) {
   LocalSegment s0{rs.get(), 0, 100}, s1{rs.get(), 100, 50}, s2{rs.get(), 150, 100};
   ASSERT_EQ(ranks[0].peers[1]->postSend(s0, 10), PostResult::kOk);
   ASSERT_EQ(ranks[0].peers[1]->postSend(s1, 11), PostResult::kOk);
-  pump(ranks, [] { return false; }, 50ms);
+  pump(
+      ranks, [] { return false; }, 50ms);
   EXPECT_EQ(countKind(ranks[1], CompletionKind::kRecv), 0u);
   for (int i = 0; i < 3; ++i) {
     LocalSegment r{rd.get(), static_cast<size_t>(i) * 100, 100};
     ASSERT_EQ(ranks[1].peers[0]->postRecv(r, 20 + i), PostResult::kOk);
   }
   ASSERT_EQ(ranks[0].peers[1]->postSend(s2, 12), PostResult::kOk);
-  ASSERT_TRUE(pump(ranks, [&] { return countKind(ranks[1], CompletionKind::kRecv) == 3 &&
-                                       countKind(ranks[0], CompletionKind::kSend) == 3; }));
+  ASSERT_TRUE(pump(ranks, [&] {
+    return countKind(ranks[1], CompletionKind::kRecv) == 3 &&
+           countKind(ranks[0], CompletionKind::kSend) == 3;
+  }));
   std::vector<std::pair<WorkId, uint32_t>> recvs;
-  for (const Completion& c : ranks[1].completions) recvs.emplace_back(c.id, c.length);
+  for (const Completion& c : ranks[1].completions)
+    recvs.emplace_back(c.id, c.length);
   EXPECT_EQ(recvs, (std::vector<std::pair<WorkId, uint32_t>>{{20, 100}, {21, 50}, {22, 100}}));
   EXPECT_EQ(0, memcmp(dst.data(), src.data(), 100));
   EXPECT_EQ(0, memcmp(dst.data() + 100, src.data() + 100, 50));
@@ -238,8 +255,12 @@ void expectForgedWriteRejected(const std::string& backend, bool badId) {
   EXPECT_EQ(ranks[1].peers[0]->postWrite({}, rd->remoteKey(), 0, 0, 0), PostResult::kError);
 }
 
-TEST_P(TransportTest, WriteOutsideRegionFailsReceiver) { expectForgedWriteRejected(backend(), false); }
-TEST_P(TransportTest, WriteToUnknownRegionFailsReceiver) { expectForgedWriteRejected(backend(), true); }
+TEST_P(TransportTest, WriteOutsideRegionFailsReceiver) {
+  expectForgedWriteRejected(backend(), false);
+}
+TEST_P(TransportTest, WriteToUnknownRegionFailsReceiver) {
+  expectForgedWriteRejected(backend(), true);
+}
 
 TEST_P(TransportTest, PeerDestroyedYieldsErrorCompletion) {
   auto ranks = connectRanks(backend(), 2);
@@ -258,7 +279,8 @@ TEST_P(TransportTest, PeerDestroyedYieldsErrorCompletion) {
   EXPECT_EQ(ranks[0].peers[1]->postSend(seg, 1), PostResult::kError);
   EXPECT_EQ(ranks[0].peers[1]->postWrite({&seg, 1}, r0->remoteKey(), 0, 0, 1), PostResult::kError);
   // Exactly one error completion.
-  pump(ranks, [] { return false; }, 20ms);
+  pump(
+      ranks, [] { return false; }, 20ms);
   EXPECT_EQ(countKind(ranks[0], CompletionKind::kError), 1u);
 }
 
@@ -303,7 +325,8 @@ TEST_P(TransportTest, ConnectHonoursDeadline) {
   // deadline (tcp: the acceptor waits for a dialer that never comes, the dialer is refused).
   for (int me : {0, 1}) {
     auto dev = createDevice(backend(), makeOptions(me, 2, fabric, setup));
-    std::vector<uint8_t> blob = createDevice(backend(), makeOptions(1 - me, 2, fabric, setup))->address();
+    std::vector<uint8_t> blob =
+        createDevice(backend(), makeOptions(1 - me, 2, fabric, setup))->address();
     const auto start = std::chrono::steady_clock::now();
     try {
       dev->connect(1 - me, blob, Deadline::after(300ms));
@@ -353,8 +376,12 @@ TEST_P(TransportTest, WaitForActivityWakesOnDataAndInterrupt) {
   EXPECT_EQ(c[0].imm, 5u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, TransportTest, ::testing::Values("loopback", "tcp"),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Backends,
+                         TransportTest,
+                         ::testing::Values("loopback", "tcp"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
 
 }  // namespace
 }  // namespace gs::transport::testing

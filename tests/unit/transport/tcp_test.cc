@@ -40,9 +40,11 @@ struct RawSocket {
     const auto until = std::chrono::steady_clock::now() + timeout;
     while (got < n && std::chrono::steady_clock::now() < until) {
       pollfd pfd{fd, POLLIN, 0};
-      if (::poll(&pfd, 1, 20) <= 0) continue;
+      if (::poll(&pfd, 1, 20) <= 0)
+        continue;
       ssize_t r = ::recv(fd, static_cast<uint8_t*>(p) + got, n - got, 0);
-      if (r <= 0) break;
+      if (r <= 0)
+        break;
       got += static_cast<size_t>(r);
     }
     return got;
@@ -66,7 +68,8 @@ TEST(TcpTransport, GarbageOnListenerIsRejectedAndPeersStillConnect) {
   c0 = d0->connect(1, b1, Deadline::after(3s));
   t.join();
   std::string log = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(log.find("rejected tcp connection from 127.0.0.1: bad magic"), std::string::npos) << log;
+  EXPECT_NE(log.find("rejected tcp connection from 127.0.0.1: bad magic"), std::string::npos)
+      << log;
   ASSERT_TRUE(c0 && c1);
   char byte;
   EXPECT_EQ(raw.recvSome(&byte, 1, 500ms), 0u) << "the listener kept a garbage socket open";

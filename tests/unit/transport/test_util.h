@@ -21,7 +21,8 @@ namespace gs::transport::testing {
 
 inline Secret testSecret(uint8_t salt = 0) {
   Secret s{};
-  for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<uint8_t>(i * 7 + 1 + salt);
+  for (size_t i = 0; i < s.size(); ++i)
+    s[i] = static_cast<uint8_t>(i * 7 + 1 + salt);
   return s;
 }
 
@@ -36,7 +37,10 @@ struct RankSetup {
   int64_t timeoutMs = 5000;
 };
 
-inline DeviceOptions makeOptions(int rank, int nranks, uint64_t fabric, const RankSetup& setup,
+inline DeviceOptions makeOptions(int rank,
+                                 int nranks,
+                                 uint64_t fabric,
+                                 const RankSetup& setup,
                                  const Secret& secret = testSecret()) {
   DeviceOptions o;
   o.rank = rank;
@@ -58,7 +62,8 @@ struct Rank {
 
 /// Creates n devices of backend and connects every pair, each rank on its own thread and each
 /// in a different peer order (so acceptors must stash hellos of peers they are not waiting for).
-inline std::vector<Rank> connectRanks(const std::string& backend, int n,
+inline std::vector<Rank> connectRanks(const std::string& backend,
+                                      int n,
                                       const RankSetup& setup = {}) {
   std::vector<Rank> ranks(static_cast<size_t>(n));
   const uint64_t fabric = freshFabricId();
@@ -85,42 +90,51 @@ inline std::vector<Rank> connectRanks(const std::string& backend, int n,
       }
     });
   }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  for (auto& t : threads)
+    t.join();
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(errors[r], "") << "rank " << r;
   return ranks;
 }
 
 /// Polls every connection of every rank until done() or the time limit, collecting completions
 /// into Rank::completions. Returns done().
-inline bool pump(std::vector<Rank>& ranks, const std::function<bool()>& done,
+inline bool pump(std::vector<Rank>& ranks,
+                 const std::function<bool()>& done,
                  std::chrono::milliseconds limit = std::chrono::milliseconds(3000)) {
   const auto until = std::chrono::steady_clock::now() + limit;
   Completion buf[32];
   while (!done()) {
-    if (std::chrono::steady_clock::now() > until) return false;
+    if (std::chrono::steady_clock::now() > until)
+      return false;
     bool any = false;
     for (auto& rank : ranks) {
       for (auto& c : rank.peers) {
-        if (!c) continue;
+        if (!c)
+          continue;
         size_t got = c->poll(buf);
-        for (size_t i = 0; i < got; ++i) rank.completions.push_back(buf[i]);
+        for (size_t i = 0; i < got; ++i)
+          rank.completions.push_back(buf[i]);
         any |= got > 0;
       }
     }
-    if (!any) std::this_thread::yield();
+    if (!any)
+      std::this_thread::yield();
   }
   return true;
 }
 
 inline size_t countKind(const Rank& rank, CompletionKind kind) {
   size_t n = 0;
-  for (const Completion& c : rank.completions) n += c.kind == kind ? 1 : 0;
+  for (const Completion& c : rank.completions)
+    n += c.kind == kind ? 1 : 0;
   return n;
 }
 
 inline const Completion* findKind(const Rank& rank, CompletionKind kind) {
   for (const Completion& c : rank.completions) {
-    if (c.kind == kind) return &c;
+    if (c.kind == kind)
+      return &c;
   }
   return nullptr;
 }
