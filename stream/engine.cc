@@ -196,7 +196,12 @@ struct Engine::Run {
         decodeOwn(reinterpret_cast<const codecs::ChunkHeader*>(enc),
                   enc + sizeof(codecs::ChunkHeader), op.count, decoded);
         if (args.residual != nullptr) {
-          codecs::updateResidual(args.dtype, op.source, decoded, residualAt(op.source), op.count);
+          void* r = residualAt(op.source);
+          codecs::updateResidual(args.dtype, op.source, decoded, r, op.count);
+          // An averaged block lost this much per rank's share: the residual is added back to
+          // one rank's contribution to a sum, so it counts N times.
+          if (args.op == ReduceOp::kAvg && op.replica != nullptr)
+            scaleResidual(r, op.count, static_cast<double>(engine.nranks_));
         }
         // Our own copy becomes what every other rank decodes: replicas stay bit-identical.
         if (op.replica != nullptr)
@@ -342,6 +347,18 @@ struct Engine::Run {
     if (const char* why =
             codec->decode(args.dtype, encoded, h->metaBytes, h->payloadBytes, count, out))
       fail(Errc::kInternal, engine.rank_, formatString("own chunk does not decode: %s", why));
+  }
+
+  void scaleResidual(void* residual, size_t count, double factor) const {
+    if (codecs::residualElementSize(args.dtype) == sizeof(double)) {
+      auto* r = static_cast<double*>(residual);
+      for (size_t i = 0; i < count; ++i)
+        r[i] *= factor;
+    } else {
+      auto* r = static_cast<float*>(residual);
+      for (size_t i = 0; i < count; ++i)
+        r[i] = static_cast<float>(r[i] * factor);
+    }
   }
 
   // Residual element of a buffer element, by its address in the send or the recv buffer.
