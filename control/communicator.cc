@@ -228,6 +228,15 @@ void Communicator::connect(const UniqueId& id) {
     raw[p] = links_[p].get();
   engine_ = std::make_unique<stream::Engine>(rank_, nranks_, *device_, raw, config_, aborted_);
   engine_->setLinkCounters(std::move(counters));
+  int localRanks = 0;
+  for (const PeerInfo& info : infos)
+    localRanks += info.hostname == mine.hostname ? 1 : 0;
+  const auto cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (cores > 0 && localRanks > cores) {
+    engine_->setSpinRounds(0);
+    GS_LOG_INFO("%d ranks share %d cores on this host: waiting without busy polling", localRanks,
+                cores);
+  }
   if (!metrics_->exporterAddress().empty()) {
     GS_LOG_INFO("rank %d serves Prometheus metrics at http://%s/metrics", rank_,
                 metrics_->exporterAddress().c_str());

@@ -38,10 +38,6 @@ uint64_t nowNs() {
           .count());
 }
 
-// Busy-poll this many idle rounds before blocking in the transport: small collectives finish
-// without a sleep/wake-up, long waits do not burn a core the kernel's TCP copy needs.
-constexpr int kSpinRounds = 8;
-
 // Allreduces up to this size run as a one-round exchange between 2 ranks. At 64 KiB a round
 // trip over loopback costs about as much as moving the bytes twice (measured with
 // gradstream-perf, 2 ranks).
@@ -644,7 +640,7 @@ struct Engine::Run {
              formatString("no progress for %lld ms, %s",
                           static_cast<long long>(engine.config_.timeoutMs), waitingFor().c_str()));
       }
-      if (++idle > kSpinRounds) {
+      if (++idle > engine.spinRounds_) {
         auto left =
             std::chrono::duration_cast<std::chrono::microseconds>(timeout - (now - lastProgress));
         engine.device_.waitForActivity(std::min(left, std::chrono::microseconds(2000)));

@@ -81,6 +81,10 @@ class Engine {
   /// Schedule family of the last collective: "ring", "exchange" or "chain".
   const char* lastAlgorithm() const { return lastAlgorithm_; }
 
+  /// Idle polling rounds before blocking in the transport. Spinning saves a wake-up per message
+  /// but steals the CPU the kernel's TCP copies need when ranks outnumber cores.
+  void setSpinRounds(int rounds) { spinRounds_ = rounds; }
+
   /// Per-peer counters the data path updates (relaxed atomics; set up before the first
   /// collective; entries may be null).
   void setLinkCounters(std::vector<monitoring::LinkCounters*> byPeer) {
@@ -113,6 +117,7 @@ class Engine {
   std::vector<uint8_t> scratch2_;
   std::vector<monitoring::LinkCounters*> counters_;
   const char* lastAlgorithm_ = "ring";
+  int spinRounds_ = 8;
   const codecs::Codec& decoder(uint8_t id) const { return *decoders_[id]; }
 };
 
