@@ -148,6 +148,10 @@ void GradientStream::wait(int64_t timeoutMs) {
 void GradientStream::saveResidual(void* out, size_t bytes) const {
   GS_CHECK(bytes == residual_.size(), Errc::kInvalidArgument,
            "residual is %zu bytes, not %zu (gs_stream_residual_bytes)", residual_.size(), bytes);
+  for (const Bucket& b : buckets_) {
+    GS_CHECK(b.request == nullptr || b.request->done(), Errc::kInvalidArgument,
+             "gs_stream_save_residual while an iteration is running (call gs_stream_wait)");
+  }
   if (bytes > 0)
     memcpy(out, residual_.data(), bytes);
 }

@@ -194,15 +194,18 @@ struct Bench {
       GS_TRY(gs_broadcast(send, recv, count, o.dtype, o.root, comm, nullptr));
   }
 
+  // Bookkeeping collectives use integers: a lossy GS_CODEC never applies to them (integer
+  // buffers always travel raw), so times and sizes are exact whatever codec is measured.
   void barrier() {
-    float x = 0, y = 0;
-    GS_TRY(gs_allreduce(&x, &y, 1, GS_FLOAT32, GS_SUM, comm, nullptr));
+    int32_t x = 0, y = 0;
+    GS_TRY(gs_allreduce(&x, &y, 1, GS_INT32, GS_SUM, comm, nullptr));
   }
 
+  // Max over ranks of a non-negative value, exact to a thousandth.
   double maxOverRanks(double v) {
-    double out = 0;
-    GS_TRY(gs_allreduce(&v, &out, 1, GS_FLOAT64, GS_MAX, comm, nullptr));
-    return out;
+    int64_t in = static_cast<int64_t>(v * 1000.0), out = 0;
+    GS_TRY(gs_allreduce(&in, &out, 1, GS_INT64, GS_MAX, comm, nullptr));
+    return static_cast<double>(out) / 1000.0;
   }
 
   int64_t sumOverRanks(int64_t v) {
