@@ -6,6 +6,7 @@
 
 #include "codecs/block_math.h"
 #include "codecs/cpu_kernels.h"
+#include "codecs/decoding_codec.h"
 #include "codecs/reduce.h"
 #include "common/error.h"
 
@@ -95,7 +96,7 @@ class RawCodec final : public Codec {
 };
 
 /// fp16, bf16 (element-wise) and fp8/int8/int4 (blockwise); the loops are cpu::kernels().
-class CpuCodec final : public Codec {
+class CpuCodec final : public DecodingCodec {
  public:
   CpuCodec(CodecId id, cpu::Fmt fmt, bool sr, uint32_t block)
       : id_(id), fmt_(fmt), sr_(sr), block_(block) {}
@@ -120,28 +121,6 @@ class CpuCodec final : public Codec {
     return EncodedSize{meta, static_cast<uint32_t>(payloadFor(id_, count))};
   }
 
-  const char* decode(DataType dtype,
-                     const uint8_t* in,
-                     uint32_t meta,
-                     uint32_t payload,
-                     size_t count,
-                     void* dst) const override {
-    return run(dtype, false, ReduceOp::kSum, in, meta, payload, count, nullptr, dst, false);
-  }
-  const char* decodeReduce(DataType dtype,
-                           ReduceOp op,
-                           const uint8_t* in,
-                           uint32_t meta,
-                           uint32_t payload,
-                           size_t count,
-                           const void* operand,
-                           void* dst,
-                           bool incomingFirst) const override {
-    if (!isValid(op))
-      return "invalid reduction op";
-    return run(dtype, true, op, in, meta, payload, count, operand, dst, incomingFirst);
-  }
-
  private:
   uint64_t metaFor(uint64_t count) const {
     return isBlock(id_) ? 4 + 4 * ((count + block_ - 1) / block_) : 0;
@@ -156,7 +135,7 @@ class CpuCodec final : public Codec {
                   size_t count,
                   const void* operand,
                   void* dst,
-                  bool first) const {
+                  bool first) const override {
     if (const char* why = checkEncodedSizes(static_cast<uint8_t>(id_), dtype, count, meta, payload))
       return why;
     uint32_t block = 0;

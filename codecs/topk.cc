@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "codecs/codec.h"
+#include "codecs/decoding_codec.h"
 #include "codecs/half.h"
 #include "common/error.h"
 
@@ -178,7 +179,7 @@ void decodeT(bool reduce,
   }
 }
 
-class TopKCodec final : public Codec {
+class TopKCodec final : public DecodingCodec {
  public:
   explicit TopKCodec(float fraction) : fraction_(fraction) {}
   CodecId id() const override { return CodecId::kTopK; }
@@ -226,27 +227,6 @@ class TopKCodec final : public Codec {
     (void)got;  // == k by construction
     return EncodedSize{static_cast<uint32_t>(4 * k), static_cast<uint32_t>(4 * k)};
   }
-  const char* decode(DataType dtype,
-                     const uint8_t* in,
-                     uint32_t meta,
-                     uint32_t payload,
-                     size_t count,
-                     void* dst) const override {
-    return run(dtype, false, ReduceOp::kSum, in, meta, payload, count, nullptr, dst, false);
-  }
-  const char* decodeReduce(DataType dtype,
-                           ReduceOp op,
-                           const uint8_t* in,
-                           uint32_t meta,
-                           uint32_t payload,
-                           size_t count,
-                           const void* operand,
-                           void* dst,
-                           bool incomingFirst) const override {
-    if (!isValid(op))
-      return "invalid reduction op";
-    return run(dtype, true, op, in, meta, payload, count, operand, dst, incomingFirst);
-  }
 
  private:
   const char* run(DataType dtype,
@@ -258,7 +238,7 @@ class TopKCodec final : public Codec {
                   size_t count,
                   const void* operand,
                   void* dst,
-                  bool first) const {
+                  bool first) const override {
     if (const char* why =
             checkEncodedSizes(static_cast<uint8_t>(CodecId::kTopK), dtype, count, meta, payload))
       return why;
