@@ -188,7 +188,7 @@ struct Engine::Run {
         connectionFailed(li);
       if (encode && (op.replica != nullptr || args.residual != nullptr)) {
         const uint8_t* enc = link.encodeStaging(slot);
-        uint8_t* decoded = engine.scratch2_.data();
+        uint8_t* decoded = engine.scratch(1);
         decodeOwn(reinterpret_cast<const codecs::ChunkHeader*>(enc),
                   enc + sizeof(codecs::ChunkHeader), op.count, decoded);
         if (args.residual != nullptr) {
@@ -265,7 +265,7 @@ struct Engine::Run {
         } else {
           // Compressed collective, raw chunk (a peer chose raw for it): reduce, then encode
           // what is forwarded with our codec.
-          uint8_t* scratch = engine.scratch_.data();
+          uint8_t* scratch = engine.scratch(0);
           codecs::reduceInto(args.dtype, args.op, scratch, op.operand, payload, op.count);
           reencode(op, scratch, payload);
         }
@@ -290,7 +290,7 @@ struct Engine::Run {
                                op.operand, op.dst, op.incomingFirst);
         break;
       case RecvAction::kReduceToSlot: {
-        uint8_t* scratch = engine.scratch_.data();
+        uint8_t* scratch = engine.scratch(0);
         why = dec.decodeReduce(args.dtype, args.op, payload, h.metaBytes, h.payloadBytes, op.count,
                                op.operand, scratch, false);
         if (why == nullptr) {
@@ -328,7 +328,7 @@ struct Engine::Run {
       codecs::ChunkHeader h{};
       h.metaBytes = size.metaBytes;
       h.payloadBytes = size.payloadBytes;
-      uint8_t* decoded = engine.scratch2_.data();
+      uint8_t* decoded = engine.scratch(1);
       decodeOwn(&h, slotPayload, op.count, decoded);
       // The values belong to the block of op.operand (this rank's contribution to it).
       codecs::updateResidual(args.dtype, values, decoded, residualAt(op.operand), op.count);
@@ -666,8 +666,6 @@ Engine::Engine(int rank,
     spec.id = static_cast<codecs::CodecId>(id);
     decoders_[id] = codecs::makeCodec(spec);
   }
-  scratch_.resize(static_cast<size_t>(config_.chunkBytes) + 64);
-  scratch2_.resize(static_cast<size_t>(config_.chunkBytes) + 64);
 }
 
 Engine::~Engine() = default;

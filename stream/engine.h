@@ -113,8 +113,15 @@ class Engine {
   // Decoders by codec id (decoding depends only on the chunk's bytes) and room for one chunk of
   // reduced values between decode and re-encode.
   std::array<std::unique_ptr<codecs::Codec>, codecs::kNumCodecIds> decoders_;
-  std::vector<uint8_t> scratch_;
-  std::vector<uint8_t> scratch2_;
+  // Two chunk-sized buffers for compressed chunks (decode/reduce, then re-encode or decode-back),
+  // allocated on first use: raw collectives never need them.
+  std::array<std::vector<uint8_t>, 2> scratch_;
+  uint8_t* scratch(int which) {
+    auto& buf = scratch_[which];
+    if (buf.empty())
+      buf.resize(static_cast<size_t>(config_.chunkBytes) + 64);
+    return buf.data();
+  }
   std::vector<monitoring::LinkCounters*> counters_;
   const char* lastAlgorithm_ = "ring";
   int spinRounds_ = 8;
