@@ -192,12 +192,12 @@ struct Engine::Run {
         decodeOwn(reinterpret_cast<const codecs::ChunkHeader*>(enc),
                   enc + sizeof(codecs::ChunkHeader), op.count, decoded);
         if (args.residual != nullptr) {
-          void* r = residualAt(op.source);
-          codecs::updateResidual(args.dtype, op.source, decoded, r, op.count);
+          void* res = residualAt(op.source);
+          codecs::updateResidual(args.dtype, op.source, decoded, res, op.count);
           // An averaged block lost this much per rank's share: the residual is added back to
           // one rank's contribution to a sum, so it counts N times.
           if (args.op == ReduceOp::kAvg && op.replica != nullptr)
-            scaleResidual(r, op.count, static_cast<double>(engine.nranks_));
+            scaleResidual(res, op.count, static_cast<double>(engine.nranks_));
         }
         // Our own copy becomes what every other rank decodes: replicas stay bit-identical.
         if (op.replica != nullptr)
