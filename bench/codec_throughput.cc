@@ -62,8 +62,8 @@ int main(int argc, char** argv) {
               cpu::kernels().name);
   std::printf("%-10s %12s %16s %14s\n", "codec", "encode GB/s", "decodeReduce GB/s", "wire B/elem");
   std::printf("%-10s %12.2f %16s %14s\n", "memcpy", bytes / memcpyS / 1e9, "-", "4");
-  for (const char* name : {"raw", "fp16", "bf16", "fp8e4m3", "fp8e5m2", "int8", "int4",
-                           "topk:0.01", "int8,sr", "int4,sr", "bf16,sr"}) {
+  for (const char* name : {"raw", "fp16", "bf16", "fp8e4m3", "fp8e5m2", "int8", "int4", "topk:0.01",
+                           "int8,sr", "int4,sr", "bf16,sr"}) {
     auto codec = makeCodec(CodecSpec::parse(name));
     const size_t chunks = (n + chunk - 1) / chunk;
     const size_t slot = codec->maxEncodedBytes(DataType::kFloat32, chunk);
@@ -72,17 +72,16 @@ int main(int argc, char** argv) {
     const double encS = bestSeconds(reps, [&] {
       for (size_t c = 0; c < chunks; ++c) {
         const size_t off = c * chunk, cnt = std::min(chunk, n - off);
-        sizes[c] = codec->encode(DataType::kFloat32, src.data() + off, cnt, wire.data() + c * slot,
-                                 c);
+        sizes[c] =
+            codec->encode(DataType::kFloat32, src.data() + off, cnt, wire.data() + c * slot, c);
       }
     });
     const double decS = bestSeconds(reps, [&] {
       for (size_t c = 0; c < chunks; ++c) {
         const size_t off = c * chunk, cnt = std::min(chunk, n - off);
-        const char* why =
-            codec->decodeReduce(DataType::kFloat32, ReduceOp::kSum, wire.data() + c * slot,
-                                sizes[c].metaBytes, sizes[c].payloadBytes, cnt,
-                                dst.data() + off, dst.data() + off, false);
+        const char* why = codec->decodeReduce(
+            DataType::kFloat32, ReduceOp::kSum, wire.data() + c * slot, sizes[c].metaBytes,
+            sizes[c].payloadBytes, cnt, dst.data() + off, dst.data() + off, false);
         if (why) {
           std::fprintf(stderr, "%s: %s\n", name, why);
           std::exit(1);

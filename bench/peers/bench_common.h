@@ -17,12 +17,12 @@
 #include <time.h>
 
 typedef struct {
-  size_t min_bytes;   /* -b */
-  size_t max_bytes;   /* -e */
-  double factor;      /* -f, multiplicative step */
-  int iters;          /* -n, timed iterations per size */
-  int warmup;         /* -w, untimed iterations per size */
-  int check;          /* -c, 1 = verify every timed iteration element by element */
+  size_t min_bytes; /* -b */
+  size_t max_bytes; /* -e */
+  double factor;    /* -f, multiplicative step */
+  int iters;        /* -n, timed iterations per size */
+  int warmup;       /* -w, untimed iterations per size */
+  int check;        /* -c, 1 = verify every timed iteration element by element */
 } BenchArgs;
 
 /* "64", "1K", "16M", "1G" (binary multiples, as nccl-tests). Returns 0 on a malformed value. */
@@ -30,16 +30,32 @@ static inline int bench_parse_size(const char* s, size_t* out) {
   char* end = NULL;
   errno = 0;
   double v = strtod(s, &end);
-  if (errno != 0 || end == s || v < 0) return 0;
+  if (errno != 0 || end == s || v < 0)
+    return 0;
   double mult = 1;
   switch (*end) {
-    case 'k': case 'K': mult = 1024.0; end++; break;
-    case 'm': case 'M': mult = 1024.0 * 1024.0; end++; break;
-    case 'g': case 'G': mult = 1024.0 * 1024.0 * 1024.0; end++; break;
-    default: break;
+    case 'k':
+    case 'K':
+      mult = 1024.0;
+      end++;
+      break;
+    case 'm':
+    case 'M':
+      mult = 1024.0 * 1024.0;
+      end++;
+      break;
+    case 'g':
+    case 'G':
+      mult = 1024.0 * 1024.0 * 1024.0;
+      end++;
+      break;
+    default:
+      break;
   }
-  if (*end == 'B' || *end == 'b') end++;
-  if (*end != '\0') return 0;
+  if (*end == 'B' || *end == 'b')
+    end++;
+  if (*end != '\0')
+    return 0;
   *out = (size_t)(v * mult);
   return 1;
 }
@@ -71,26 +87,51 @@ static inline int bench_parse_args(int argc, char** argv, BenchArgs* a, int* res
       rest[(*nrest)++] = i;
       continue;
     }
-    if (i + 1 >= argc) return 0;
+    if (i + 1 >= argc)
+      return 0;
     const char* v = argv[++i];
     char* end = NULL;
     switch (f[1]) {
-      case 'b': if (!bench_parse_size(v, &a->min_bytes)) return 0; break;
-      case 'e': if (!bench_parse_size(v, &a->max_bytes)) return 0; break;
-      case 'f': a->factor = strtod(v, &end); if (*end || a->factor <= 1) return 0; break;
-      case 'n': a->iters = (int)strtol(v, &end, 10); if (*end || a->iters < 1) return 0; break;
-      case 'w': a->warmup = (int)strtol(v, &end, 10); if (*end || a->warmup < 0) return 0; break;
-      case 'c': a->check = (int)strtol(v, &end, 10); if (*end) return 0; break;
+      case 'b':
+        if (!bench_parse_size(v, &a->min_bytes))
+          return 0;
+        break;
+      case 'e':
+        if (!bench_parse_size(v, &a->max_bytes))
+          return 0;
+        break;
+      case 'f':
+        a->factor = strtod(v, &end);
+        if (*end || a->factor <= 1)
+          return 0;
+        break;
+      case 'n':
+        a->iters = (int)strtol(v, &end, 10);
+        if (*end || a->iters < 1)
+          return 0;
+        break;
+      case 'w':
+        a->warmup = (int)strtol(v, &end, 10);
+        if (*end || a->warmup < 0)
+          return 0;
+        break;
+      case 'c':
+        a->check = (int)strtol(v, &end, 10);
+        if (*end)
+          return 0;
+        break;
     }
   }
-  if (a->min_bytes < sizeof(float)) a->min_bytes = sizeof(float);
+  if (a->min_bytes < sizeof(float))
+    a->min_bytes = sizeof(float);
   return a->min_bytes <= a->max_bytes;
 }
 
 /* Next size of the sweep; 0 when past max. Sizes are multiples of sizeof(float). */
 static inline size_t bench_next_size(const BenchArgs* a, size_t cur) {
   size_t next = cur == 0 ? a->min_bytes : (size_t)((double)cur * a->factor);
-  if (next == cur) next = cur + sizeof(float);
+  if (next == cur)
+    next = cur + sizeof(float);
   next -= next % sizeof(float);
   return next <= a->max_bytes ? next : 0;
 }
@@ -104,7 +145,8 @@ static inline float bench_value(size_t i, int rank) {
 }
 
 static inline void bench_fill(float* buf, size_t count, int rank) {
-  for (size_t i = 0; i < count; i++) buf[i] = bench_value(i, rank);
+  for (size_t i = 0; i < count; i++)
+    buf[i] = bench_value(i, rank);
 }
 
 /* Number of elements differing from the exact sum over all ranks. */
@@ -112,7 +154,8 @@ static inline uint64_t bench_count_wrong(const float* buf, size_t count, int nra
   uint64_t wrong = 0;
   for (size_t i = 0; i < count; i++) {
     float want = 0;
-    for (int r = 0; r < nranks; r++) want += bench_value(i, r);
+    for (int r = 0; r < nranks; r++)
+      want += bench_value(i, r);
     wrong += buf[i] != want;
   }
   return wrong;
@@ -148,15 +191,16 @@ static inline void bench_print_header(const char* peer, const BenchArgs* a, int 
   printf("# time: median over -n iterations of the slowest rank's time; each iteration is\n");
   printf("#   preceded by a barrier and by refilling the input (neither timed)\n");
   printf("# algbw = size/time (GB = 1e9 B), busbw = algbw * 2(N-1)/N\n");
-  printf("# #wrong: elements differing from the exact sum (each rank its worst iteration, summed)\n");
+  printf(
+      "# #wrong: elements differing from the exact sum (each rank its worst iteration, summed)\n");
   printf("#\n");
   printf("# %10s %12s %8s %6s %5s %12s %12s %12s %8s\n", "size(B)", "count", "type", "redop",
          "root", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   fflush(stdout);
 }
 
-static inline void bench_print_row(size_t bytes, int nranks, double time_us, uint64_t wrong,
-                                   int checked) {
+static inline void bench_print_row(
+    size_t bytes, int nranks, double time_us, uint64_t wrong, int checked) {
   double algbw = (double)bytes / (time_us * 1e3);
   double busbw = algbw * 2.0 * (nranks - 1) / nranks;
   char wrong_s[24];

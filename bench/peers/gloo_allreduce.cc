@@ -12,6 +12,15 @@
 //   halving_doubling  gloo::AllreduceHalvingDoubling<float>, the older algorithm class; it owns
 //                     scratch buffers sized to the message, so it is built once per size.
 
+#include <gloo/allreduce.h>
+#include <gloo/allreduce_halving_doubling.h>
+#include <gloo/barrier.h>
+#include <gloo/config.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -25,16 +34,6 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <gloo/allreduce.h>
-#include <gloo/allreduce_halving_doubling.h>
-#include <gloo/barrier.h>
-#include <gloo/config.h>
-#include <gloo/math.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/file_store.h>
-#include <gloo/rendezvous/prefix_store.h>
-#include <gloo/transport/tcp/device.h>
 
 #include "bench_common.h"
 
@@ -83,8 +82,9 @@ int benchMain(int argc, char** argv) {
   BenchArgs args;
   std::vector<int> rest(static_cast<size_t>(argc));
   int nrest = 0;
-  const char* extra = " [--algo ring|halving_doubling] [--store DIR] [--prefix P]"
-                      " [--rank R] [--world N] [--timeout-s S]";
+  const char* extra =
+      " [--algo ring|halving_doubling] [--store DIR] [--prefix P]"
+      " [--rank R] [--world N] [--timeout-s S]";
   if (!bench_parse_args(argc, argv, &args, rest.data(), &nrest)) {
     bench_usage(argv[0], extra);
     return 2;
@@ -92,7 +92,8 @@ int benchMain(int argc, char** argv) {
   Options o;
   o.rank = envInt("RANK", -1);
   o.world = envInt("WORLD_SIZE", -1);
-  if (const char* s = std::getenv("GLOO_STORE_DIR")) o.store = s;
+  if (const char* s = std::getenv("GLOO_STORE_DIR"))
+    o.store = s;
   for (int k = 0; k < nrest; k++) {
     std::string flag = argv[rest[k]];
     if (k + 1 >= nrest || rest[k + 1] != rest[k] + 1) {
@@ -100,12 +101,18 @@ int benchMain(int argc, char** argv) {
       return 2;
     }
     std::string val = argv[rest[++k]];
-    if (flag == "--algo") o.algo = val;
-    else if (flag == "--store") o.store = val;
-    else if (flag == "--prefix") o.prefix = val;
-    else if (flag == "--rank") o.rank = std::atoi(val.c_str());
-    else if (flag == "--world") o.world = std::atoi(val.c_str());
-    else if (flag == "--timeout-s") o.timeout_s = std::atoi(val.c_str());
+    if (flag == "--algo")
+      o.algo = val;
+    else if (flag == "--store")
+      o.store = val;
+    else if (flag == "--prefix")
+      o.prefix = val;
+    else if (flag == "--rank")
+      o.rank = std::atoi(val.c_str());
+    else if (flag == "--world")
+      o.world = std::atoi(val.c_str());
+    else if (flag == "--timeout-s")
+      o.timeout_s = std::atoi(val.c_str());
     else {
       bench_usage(argv[0], extra);
       return 2;
@@ -143,7 +150,8 @@ int benchMain(int argc, char** argv) {
 
   const int total = args.warmup + args.iters;
   std::vector<double> times(static_cast<size_t>(args.iters));
-  for (size_t bytes = bench_next_size(&args, 0); bytes != 0; bytes = bench_next_size(&args, bytes)) {
+  for (size_t bytes = bench_next_size(&args, 0); bytes != 0;
+       bytes = bench_next_size(&args, bytes)) {
     const size_t count = bytes / sizeof(float);
     std::vector<float> buf(count);
     // Gloo's algorithm classes have noexcept(false) destructors, so they are held directly
@@ -168,7 +176,8 @@ int benchMain(int argc, char** argv) {
         ringAllreduce(ctx, buf.data(), count);
       }
       double t1 = bench_now_us();
-      if (it < args.warmup) continue;
+      if (it < args.warmup)
+        continue;
       times[static_cast<size_t>(it - args.warmup)] = t1 - t0;
       if (args.check) {
         wrong[0] = std::max(wrong[0], static_cast<double>(bench_count_wrong(buf.data(), count, n)));

@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
   int* rest = malloc(sizeof(int) * (size_t)argc);
   int nrest = 0;
   if (!bench_parse_args(argc, argv, &args, rest, &nrest) || nrest != 0) {
-    if (rank == 0) bench_usage(argv[0], NULL);
+    if (rank == 0)
+      bench_usage(argv[0], NULL);
     free(rest);
     MPI_Finalize();
     return 2;
@@ -49,10 +50,12 @@ int main(int argc, char** argv) {
 
   const int total = args.warmup + args.iters;
   double* times = malloc(sizeof(double) * (size_t)args.iters);
-  for (size_t bytes = bench_next_size(&args, 0); bytes != 0; bytes = bench_next_size(&args, bytes)) {
+  for (size_t bytes = bench_next_size(&args, 0); bytes != 0;
+       bytes = bench_next_size(&args, bytes)) {
     const size_t count = bytes / sizeof(float);
     if (count > (size_t)INT32_MAX) {
-      if (rank == 0) fprintf(stderr, "mpi_allreduce: %zu B exceeds MPI's int count\n", bytes);
+      if (rank == 0)
+        fprintf(stderr, "mpi_allreduce: %zu B exceeds MPI's int count\n", bytes);
       break;
     }
     float* buf = calloc(count, sizeof(float));
@@ -67,17 +70,20 @@ int main(int argc, char** argv) {
       double t0 = bench_now_us();
       MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       double t1 = bench_now_us();
-      if (it < args.warmup) continue;
+      if (it < args.warmup)
+        continue;
       times[it - args.warmup] = t1 - t0;
       if (args.check) {
         uint64_t w = bench_count_wrong(buf, count, n);
-        if (w > wrong) wrong = w;
+        if (w > wrong)
+          wrong = w;
       }
     }
     free(buf);
     MPI_Allreduce(MPI_IN_PLACE, times, args.iters, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
-    if (rank == 0) bench_print_row(bytes, n, bench_median(times, args.iters), wrong, args.check);
+    if (rank == 0)
+      bench_print_row(bytes, n, bench_median(times, args.iters), wrong, args.check);
   }
   free(times);
 
