@@ -243,38 +243,9 @@ struct Engine::Run {
       ++lr.completed;
   }
 
-  // Acts on a raw chunk in its slot.
-  void applyRaw(RecvOp& op, uint8_t* payload) {
-    switch (op.action) {
-      case RecvAction::kCopy:
-        memcpy(op.dst, payload, op.count * elementSize);
-        break;
-      case RecvAction::kReduce:
-        codecs::reduceInPlace(args.dtype, args.op, op.dst, payload, op.count);
-        break;
-      case RecvAction::kReduceWith:
-        if (op.incomingFirst) {
-          codecs::reduceInto(args.dtype, args.op, op.dst, payload, op.operand, op.count);
-        } else {
-          codecs::reduceInto(args.dtype, args.op, op.dst, op.operand, payload, op.count);
-        }
-        break;
-      case RecvAction::kReduceToSlot:
-        if (codec == nullptr) {
-          codecs::reduceInto(args.dtype, args.op, payload, op.operand, payload, op.count);
-        } else {
-          // Compressed collective, raw chunk (a peer chose raw for it): reduce, then encode
-          // what is forwarded with our codec.
-          uint8_t* scratch = engine.scratch(0);
-          codecs::reduceInto(args.dtype, args.op, scratch, op.operand, payload, op.count);
-          reencode(op, scratch, payload);
-        }
-        break;
-    }
-  }
-
-  // Acts on a compressed chunk: fused decode + reduce; hops decode, reduce and re-encode.
-  void applyEncoded(Link& link, RecvOp& op, const codecs::ChunkHeader& h, uint8_t* payload) {
+  // Acts on a chunk through the decoder of its codec (raw included): fused decode + reduce into
+  // place; ring hops reduce into the slot and, in a compressed collective, re-encode there.
+  void applyChunk(Link& link, RecvOp& op, const codecs::ChunkHeader& h, uint8_t* payload) {
     const codecs::Codec& dec = engine.decoder(h.codec);
     const char* why = nullptr;
     switch (op.action) {
@@ -290,6 +261,12 @@ struct Engine::Run {
                                op.operand, op.dst, op.incomingFirst);
         break;
       case RecvAction::kReduceToSlot: {
+        if (codec == nullptr && h.codec == static_cast<uint8_t>(codecs::CodecId::kRaw)) {
+          // Raw in, raw out: reduce in the slot itself (decodeReduce allows dst == its input).
+          why = dec.decodeReduce(args.dtype, args.op, payload, h.metaBytes, h.payloadBytes,
+                                 op.count, op.operand, payload, false);
+          break;
+        }
         uint8_t* scratch = engine.scratch(0);
         why = dec.decodeReduce(args.dtype, args.op, payload, h.metaBytes, h.payloadBytes, op.count,
                                op.operand, scratch, false);
@@ -403,15 +380,10 @@ struct Engine::Run {
                           op.count));
       }
       uint8_t* payload = base + sizeof(codecs::ChunkHeader);
-      const uint8_t codecId = h.codec;
       op.slotCodec = h.codec;
       op.slotMetaBytes = h.metaBytes;
       op.slotPayloadBytes = h.payloadBytes;
-      if (codecId == static_cast<uint8_t>(codecs::CodecId::kRaw)) {
-        applyRaw(op, payload);
-      } else {
-        applyEncoded(link, op, h, payload);
-      }
+      applyChunk(link, op, h, payload);
       if (op.finalize)
         codecs::finalizeAverage(args.dtype, args.op, op.dst, op.count, engine.nranks_);
       link.arrivedBytes[slot] = Link::kNotArrived;

@@ -25,42 +25,16 @@ struct CUstream_st;
 
 static int g_rank = -1;
 
-static const char* status_name(gs_status_t s) {
-  switch (s) {
-    case GS_OK:
-      return "GS_OK";
-    case GS_IN_PROGRESS:
-      return "GS_IN_PROGRESS";
-    case GS_ERR_INVALID_ARGUMENT:
-      return "GS_ERR_INVALID_ARGUMENT";
-    case GS_ERR_UNSUPPORTED:
-      return "GS_ERR_UNSUPPORTED";
-    case GS_ERR_NO_MEMORY:
-      return "GS_ERR_NO_MEMORY";
-    case GS_ERR_SYSTEM:
-      return "GS_ERR_SYSTEM";
-    case GS_ERR_REMOTE:
-      return "GS_ERR_REMOTE";
-    case GS_ERR_TIMEOUT:
-      return "GS_ERR_TIMEOUT";
-    case GS_ERR_ABORTED:
-      return "GS_ERR_ABORTED";
-    case GS_ERR_INTERNAL:
-      return "GS_ERR_INTERNAL";
-  }
-  return "GS_UNKNOWN";
-}
-
 /* Prints the RESULT line for a failed (or successful) gs_* call and returns the exit code. */
 static int finish(gs_status_t s, const char* what) {
   const char* message = s == GS_OK ? "" : gs_last_error();
   /* One line: the message must not break the RESULT line apart. */
-  printf("RESULT rank=%d status=%s message=", g_rank, status_name(s));
+  printf("RESULT rank=%d status=%s message=", g_rank, gs_status_string(s));
   for (const char* c = message; *c; ++c)
     putchar(*c == '\n' ? ' ' : *c);
   putchar('\n');
   if (s != GS_OK)
-    fprintf(stderr, "rank %d: %s failed: %s: %s\n", g_rank, what, status_name(s), message);
+    fprintf(stderr, "rank %d: %s failed: %s: %s\n", g_rank, what, gs_status_string(s), message);
   fflush(stdout);
   return s == GS_OK ? 0 : -(int)s;
 }
