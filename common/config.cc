@@ -43,9 +43,21 @@ int64_t parseInt(const char* name, const std::string& text, int64_t lo, int64_t 
   return v * mult;
 }
 
+double parseDouble(const char* name, const std::string& text, double lo, double hi) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = strtod(text.c_str(), &end);
+  GS_CHECK(errno == 0 && end != text.c_str() && *end == '\0', Errc::kInvalidArgument,
+           "%s='%s' is not a number", name, text.c_str());
+  GS_CHECK(v >= lo && v <= hi, Errc::kInvalidArgument, "%s=%s is out of range [%g, %g]", name,
+           text.c_str(), lo, hi);
+  return v;
+}
+
 const std::vector<Entry>& table() {
   static const std::vector<Entry> entries = {
-      {{"GS_TRANSPORT", "auto", "auto | tcp | loopback (auto: tcp where no RDMA device exists)"},
+      {{"GS_TRANSPORT", "auto",
+        "auto | tcp | verbs | loopback (auto: verbs where an active RDMA port exists, else tcp)"},
        [](Config& c, const std::string& v) { c.transport = v; }},
       {{"GS_TIMEOUT_MS", "60000", "deadline in ms for every wait (connect, chunk, collective)"},
        [](Config& c, const std::string& v) {
@@ -67,7 +79,7 @@ const std::vector<Entry>& table() {
         "wire codec: raw, fp16, bf16, fp8e4m3, fp8e5m2, int8, int4, topk:<fraction>; "
         "options ,sr (stochastic rounding) ,block=N"},
        [](Config& c, const std::string& v) { c.codec = v; }},
-      {{"GS_METRICS_ADDR", "", "Prometheus exporter address (reserved)"},
+      {{"GS_METRICS_ADDR", "", "Prometheus exporter host:port; each local rank adds its local rank to the port"},
        [](Config& c, const std::string& v) { c.metricsAddress = v; }},
       {{"GS_SOCKET_IFNAME", "", "network interface for rendezvous and tcp; unset: loopback only"},
        [](Config& c, const std::string& v) { c.socketIfname = v; }},
@@ -75,6 +87,49 @@ const std::vector<Entry>& table() {
        [](Config& c, const std::string& v) { c.secret = v; }},
       {{"GS_DEBUG", "warn", "log level: none | error | warn | info | debug | trace"},
        [](Config& c, const std::string& v) { c.logLevel = parseLogLevel(v); }},
+      {{"GS_IB_HCA", "", "verbs devices allowed, name[:port] comma-separated; unset: any active"},
+       [](Config& c, const std::string& v) { c.ibHca = v; }},
+      {{"GS_IB_GID_INDEX", "-1", "verbs GID index; -1: auto (IPv4-mapped RoCEv2 GID)"},
+       [](Config& c, const std::string& v) {
+         c.ibGidIndex = parseInt("GS_IB_GID_INDEX", v, -1, 1023);
+       }},
+      {{"GS_IB_TC", "0", "verbs traffic class (RoCE DSCP << 2), 0..255"},
+       [](Config& c, const std::string& v) { c.ibTrafficClass = parseInt("GS_IB_TC", v, 0, 255); }},
+      {{"GS_IB_SL", "0", "verbs service level, 0..15"},
+       [](Config& c, const std::string& v) { c.ibServiceLevel = parseInt("GS_IB_SL", v, 0, 15); }},
+      {{"GS_IB_QPS_PER_PEER", "2", "RC queue pairs per peer, 1..16"},
+       [](Config& c, const std::string& v) {
+         c.ibQpsPerPeer = parseInt("GS_IB_QPS_PER_PEER", v, 1, 16);
+       }},
+      {{"GS_IB_TIMEOUT", "18", "verbs local ACK timeout exponent (4.096 us * 2^t), 1..31"},
+       [](Config& c, const std::string& v) { c.ibTimeout = parseInt("GS_IB_TIMEOUT", v, 1, 31); }},
+      {{"GS_IB_RETRY_CNT", "7", "verbs transport retry count, 0..7"},
+       [](Config& c, const std::string& v) {
+         c.ibRetryCount = parseInt("GS_IB_RETRY_CNT", v, 0, 7);
+       }},
+      {{"GS_CODEC_LADDER", "raw,bf16,fp8e4m3,int8,int4",
+        "codec=auto: rungs from most to least precise"},
+       [](Config& c, const std::string& v) { c.codecLadder = v; }},
+      {{"GS_CODEC_FLOOR", "int4", "codec=auto: the least precise rung allowed"},
+       [](Config& c, const std::string& v) { c.codecFloor = v; }},
+      {{"GS_CHUNK_MIN_BYTES", "256K", "codec=auto: smallest chunk the controller picks"},
+       [](Config& c, const std::string& v) {
+         c.chunkMinBytes = parseInt("GS_CHUNK_MIN_BYTES", v, 4096, 64 << 20);
+       }},
+      {{"GS_CHUNK_MAX_BYTES", "4M", "codec=auto: largest chunk the controller picks"},
+       [](Config& c, const std::string& v) {
+         c.chunkMaxBytes = parseInt("GS_CHUNK_MAX_BYTES", v, 4096, 64 << 20);
+       }},
+      {{"GS_ERROR_BUDGET", "0.05", "codec=auto: relative L2 error allowed on sampled chunks"},
+       [](Config& c, const std::string& v) {
+         c.errorBudget = parseDouble("GS_ERROR_BUDGET", v, 0, 1);
+       }},
+      {{"GS_ALGO", "auto", "auto | ring | tree | halving_doubling | hierarchical"},
+       [](Config& c, const std::string& v) { c.algo = v; }},
+      {{"GS_HOSTNAME", "", "host name used to group ranks into hosts; unset: gethostname()"},
+       [](Config& c, const std::string& v) { c.hostname = v; }},
+      {{"GS_SHM", "1", "1: shared-memory transport between ranks of one host; 0: off"},
+       [](Config& c, const std::string& v) { c.shm = parseInt("GS_SHM", v, 0, 1) != 0; }},
   };
   return entries;
 }
@@ -103,7 +158,8 @@ void Config::applyEnvironment() {
 void Config::validate() const {
   GS_CHECK(
       transport == "auto" || transport == "tcp" || transport == "loopback" || transport == "verbs",
-      Errc::kInvalidArgument, "transport '%s' is unknown (auto, tcp, loopback)", transport.c_str());
+      Errc::kInvalidArgument, "transport '%s' is unknown (auto, tcp, verbs, loopback)",
+      transport.c_str());
   GS_CHECK(timeoutMs >= 1, Errc::kInvalidArgument, "timeout_ms %lld must be >= 1",
            static_cast<long long>(timeoutMs));
   GS_CHECK(chunkBytes >= 4096 && chunkBytes <= (64 << 20), Errc::kInvalidArgument,
@@ -112,6 +168,9 @@ void Config::validate() const {
            "slots_per_peer %lld is out of range [2, 64]", static_cast<long long>(slotsPerPeer));
   GS_CHECK(socketsPerPeer >= 1 && socketsPerPeer <= 16, Errc::kInvalidArgument,
            "sockets_per_peer %lld is out of range [1, 16]", static_cast<long long>(socketsPerPeer));
+  GS_CHECK(chunkMinBytes <= chunkMaxBytes, Errc::kInvalidArgument,
+           "chunk_min_bytes %lld exceeds chunk_max_bytes %lld",
+           static_cast<long long>(chunkMinBytes), static_cast<long long>(chunkMaxBytes));
   // codec is validated where codecs are known (codecs::CodecSpec::parse, at communicator set-up).
 }
 

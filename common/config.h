@@ -24,6 +24,27 @@ struct Config {
   std::string secret;        // GS_SECRET, used by gs_comm_init_from_env
   LogLevel logLevel = LogLevel::kWarn;
 
+  // verbs transport (GS_IB_*)
+  std::string ibHca;        // "mlx5_0:1,mlx5_1" allowed devices[:port]; empty: any active
+  int64_t ibGidIndex = -1;  // -1: auto (IPv4-mapped RoCEv2 GID of an up interface)
+  int64_t ibTrafficClass = 0;
+  int64_t ibServiceLevel = 0;
+  int64_t ibQpsPerPeer = 2;  // RC queue pairs per peer (ECMP entropy)
+  int64_t ibTimeout = 18;    // local ACK timeout exponent: 4.096 us * 2^t
+  int64_t ibRetryCount = 7;
+
+  // adaptive control (codec=auto; GS_CODEC_*, GS_CHUNK_*)
+  std::string codecLadder = "raw,bf16,fp8e4m3,int8,int4";
+  std::string codecFloor = "int4";  // never below this rung of the ladder
+  int64_t chunkMinBytes = 256 << 10;
+  int64_t chunkMaxBytes = 4 << 20;
+  double errorBudget = 0.05;  // relative L2 error budget of sampled lossy chunks
+
+  // topology and algorithm choice
+  std::string algo = "auto";  // auto | ring | tree | halving_doubling | hierarchical
+  std::string hostname;       // overrides the host name used to group ranks (tests)
+  bool shm = true;            // shared-memory transport between ranks of one host
+
   /// Applies the GS_* variables present in the environment. Throws kInvalidArgument naming
   /// the variable when a value does not parse or is out of range.
   void applyEnvironment();
