@@ -19,13 +19,6 @@ namespace {
 namespace asio = boost::asio;
 
 constexpr int kMaxSocketsPerPeer = 64;
-constexpr int kSetupPollMs = 50;
-
-std::string endpointText(const asio::ip::tcp::endpoint& ep) {
-  boost::system::error_code ec;
-  std::string ip = ep.address().to_string(ec);
-  return (ep.address().is_v6() ? "[" + ip + "]" : ip) + ":" + std::to_string(ep.port());
-}
 
 }  // namespace
 
@@ -80,77 +73,15 @@ std::unique_ptr<transport::MemoryRegion> Device::registerMemory(void* data, size
 }
 
 std::vector<uint8_t> Device::address() const {
-  const asio::ip::tcp::endpoint ep = listener_->endpoint();
-  AddressBlob blob{};
-  blob.magic = kAddressMagic;
-  blob.version = kWireVersion;
-  blob.port = ep.port();
-  blob.rank = params_.rank;
-  if (ep.address().is_v4()) {
-    blob.family = 4;
-    auto bytes = ep.address().to_v4().to_bytes();
-    std::memcpy(blob.address, bytes.data(), bytes.size());
-  } else {
-    blob.family = 6;
-    auto bytes = ep.address().to_v6().to_bytes();
-    std::memcpy(blob.address, bytes.data(), bytes.size());
-  }
-  std::vector<uint8_t> out(sizeof(blob));
-  std::memcpy(out.data(), &blob, sizeof(blob));
-  return out;
+  return endpointBlob(listener_->endpoint(), params_.rank);
 }
 
 std::unique_ptr<transport::Connection> Device::connect(int peer,
                                                        std::span<const uint8_t> peerAddress,
                                                        Deadline deadline) {
-  AddressBlob blob{};
-  GS_CHECK(peerAddress.size() == sizeof(blob), Errc::kInvalidArgument,
-           "tcp connect to rank %d: address blob of %zu bytes, expected %zu", peer,
-           peerAddress.size(), sizeof(blob));
-  std::memcpy(&blob, peerAddress.data(), sizeof(blob));
-  GS_CHECK(blob.magic == kAddressMagic && blob.version == kWireVersion &&
-               (blob.family == 4 || blob.family == 6),
-           Errc::kInvalidArgument, "tcp connect to rank %d: not a tcp address blob (version %u)",
-           peer, blob.version);
-  GS_CHECK(blob.rank == peer && peer != params_.rank && peer >= 0 && peer < params_.nranks,
-           Errc::kInvalidArgument, "tcp connect: peer %d (blob says rank %d, we are %d of %d)",
-           peer, blob.rank, params_.rank, params_.nranks);
-  asio::ip::address address;
-  if (blob.family == 4) {
-    asio::ip::address_v4::bytes_type b;
-    std::memcpy(b.data(), blob.address, b.size());
-    address = asio::ip::address_v4(b);
-  } else {
-    asio::ip::address_v6::bytes_type b;
-    std::memcpy(b.data(), blob.address, b.size());
-    address = asio::ip::address_v6(b);
-  }
-  const asio::ip::tcp::endpoint endpoint(address, blob.port);
+  const asio::ip::tcp::endpoint endpoint = parseEndpointBlob(peerAddress, peer, params_, "tcp");
   const std::string where = endpointText(endpoint);
-
-  std::vector<Socket> sockets;
-  if (params_.rank > peer) {
-    sockets = dial(io_, *listener_, params_, peer, endpoint, deadline);
-  } else {
-    std::vector<pollfd> fds;
-    const auto start = Clock::now();
-    for (;;) {
-      listener_->service();
-      if (listener_->take(peer, sockets))
-        break;
-      if (deadline.expired()) {
-        auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
-        throw Error(Errc::kTimeout,
-                    formatString("tcp connect to rank %d (%s) timed out after %lld ms waiting "
-                                 "for it to dial in (%d of %d sockets arrived)",
-                                 peer, where.c_str(), static_cast<long long>(waited.count()),
-                                 listener_->arrived(peer), params_.socketsPerPeer));
-      }
-      fds.clear();
-      listener_->appendPollFds(fds);
-      ::poll(fds.data(), fds.size(), std::min(kSetupPollMs, std::max(deadline.remainingMs(), 1)));
-    }
-  }
+  std::vector<Socket> sockets = establish(io_, *listener_, params_, peer, endpoint, deadline);
   GS_LOG_DEBUG("tcp: connected to rank %d (%s) with %zu sockets", peer, where.c_str(),
                sockets.size());
   return std::make_unique<Connection>(*this, peer, where, std::move(sockets), regions_);

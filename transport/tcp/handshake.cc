@@ -41,13 +41,13 @@ int pollMs(const Deadline& deadline) {
   return left < kSetupPollMs ? (left > 0 ? left : 0) : kSetupPollMs;
 }
 
+}  // namespace
+
 std::string endpointText(const asio::ip::tcp::endpoint& ep) {
   error_code ec;
   std::string ip = ep.address().to_string(ec);
   return (ep.address().is_v6() ? "[" + ip + "]" : ip) + ":" + std::to_string(ep.port());
 }
-
-}  // namespace
 
 void tuneSocket(Socket& socket) {
   static const bool bigBuffers = sysctlInt("/proc/sys/net/core/rmem_max") >= kSocketBufferBytes &&
@@ -371,6 +371,85 @@ std::vector<Socket> dial(asio::io_context& io,
   for (auto& d : dialed)
     out.push_back(std::move(d->socket));
   return out;
+}
+
+std::vector<Socket> establish(asio::io_context& io,
+                              Listener& listener,
+                              const HandshakeParams& params,
+                              int peer,
+                              const asio::ip::tcp::endpoint& endpoint,
+                              Deadline deadline) {
+  if (params.rank > peer)
+    return dial(io, listener, params, peer, endpoint, deadline);
+  std::vector<Socket> sockets;
+  std::vector<pollfd> fds;
+  const auto start = Clock::now();
+  for (;;) {
+    listener.service();
+    if (listener.take(peer, sockets))
+      return sockets;
+    if (deadline.expired()) {
+      auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+      throw Error(
+          Errc::kTimeout,
+          formatString("connect to rank %d (%s) timed out after %lld ms waiting for it "
+                       "to dial in (%d of %d sockets arrived)",
+                       peer, endpointText(endpoint).c_str(), static_cast<long long>(waited.count()),
+                       listener.arrived(peer), params.socketsPerPeer));
+    }
+    fds.clear();
+    listener.appendPollFds(fds);
+    ::poll(fds.data(), fds.size(), pollMs(deadline));
+  }
+}
+
+std::vector<uint8_t> endpointBlob(const asio::ip::tcp::endpoint& ep, int rank) {
+  AddressBlob blob{};
+  blob.magic = kAddressMagic;
+  blob.version = kWireVersion;
+  blob.port = ep.port();
+  blob.rank = rank;
+  if (ep.address().is_v4()) {
+    blob.family = 4;
+    auto bytes = ep.address().to_v4().to_bytes();
+    std::memcpy(blob.address, bytes.data(), bytes.size());
+  } else {
+    blob.family = 6;
+    auto bytes = ep.address().to_v6().to_bytes();
+    std::memcpy(blob.address, bytes.data(), bytes.size());
+  }
+  std::vector<uint8_t> out(sizeof(blob));
+  std::memcpy(out.data(), &blob, sizeof(blob));
+  return out;
+}
+
+asio::ip::tcp::endpoint parseEndpointBlob(std::span<const uint8_t> bytes,
+                                          int peer,
+                                          const HandshakeParams& params,
+                                          const char* backend) {
+  AddressBlob blob{};
+  GS_CHECK(bytes.size() == sizeof(blob), Errc::kInvalidArgument,
+           "%s connect to rank %d: address blob of %zu bytes, expected %zu", backend, peer,
+           bytes.size(), sizeof(blob));
+  std::memcpy(&blob, bytes.data(), sizeof(blob));
+  GS_CHECK(blob.magic == kAddressMagic && blob.version == kWireVersion &&
+               (blob.family == 4 || blob.family == 6),
+           Errc::kInvalidArgument, "%s connect to rank %d: not an address blob (version %u)",
+           backend, peer, blob.version);
+  GS_CHECK(blob.rank == peer && peer != params.rank && peer >= 0 && peer < params.nranks,
+           Errc::kInvalidArgument, "%s connect: peer %d (blob says rank %d, we are %d of %d)",
+           backend, peer, blob.rank, params.rank, params.nranks);
+  asio::ip::address address;
+  if (blob.family == 4) {
+    asio::ip::address_v4::bytes_type b;
+    std::memcpy(b.data(), blob.address, b.size());
+    address = asio::ip::address_v4(b);
+  } else {
+    asio::ip::address_v6::bytes_type b;
+    std::memcpy(b.data(), blob.address, b.size());
+    address = asio::ip::address_v6(b);
+  }
+  return asio::ip::tcp::endpoint(address, blob.port);
 }
 
 }  // namespace gs::transport::tcp

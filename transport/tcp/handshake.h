@@ -4,6 +4,7 @@
 
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -83,5 +84,27 @@ std::vector<Socket> dial(boost::asio::io_context& io,
                          int peer,
                          const boost::asio::ip::tcp::endpoint& endpoint,
                          Deadline deadline);
+
+/// Sets up params.socketsPerPeer authenticated sockets with peer: the higher rank of the pair
+/// dials (dial()), the lower waits for them to arrive at listener. Throws kTimeout naming the
+/// peer at the deadline. `where` names the peer's endpoint in messages.
+std::vector<Socket> establish(boost::asio::io_context& io,
+                              Listener& listener,
+                              const HandshakeParams& params,
+                              int peer,
+                              const boost::asio::ip::tcp::endpoint& endpoint,
+                              Deadline deadline);
+
+/// The listener's endpoint and rank as a 32-byte AddressBlob (wire.h), for the rendezvous.
+std::vector<uint8_t> endpointBlob(const boost::asio::ip::tcp::endpoint& endpoint, int rank);
+/// Parses and validates peer's AddressBlob (bytes from the rendezvous are untrusted): size,
+/// magic, version, family, and that it names `peer`, which is neither us nor out of range.
+/// Throws kInvalidArgument naming `backend` and the peer.
+boost::asio::ip::tcp::endpoint parseEndpointBlob(std::span<const uint8_t> blob,
+                                                 int peer,
+                                                 const HandshakeParams& params,
+                                                 const char* backend);
+/// "ip:port" or "[ip6]:port".
+std::string endpointText(const boost::asio::ip::tcp::endpoint& endpoint);
 
 }  // namespace gs::transport::tcp
