@@ -152,7 +152,7 @@ void Communicator::connect(const UniqueId& id) {
   const Deadline deadline = Deadline::afterMs(config_.timeoutMs);
   BootstrapClient bootstrap = BootstrapClient::connect(id, rank_, nranks_, deadline);
 
-  transportName_ = transport::resolveTransportName(config_.transport);
+  transportName_ = transport::resolveTransportName(config_.transport, config_);
   transport::DeviceOptions options;
   options.rank = rank_;
   options.nranks = nranks_;

@@ -632,7 +632,8 @@ Engine::Engine(int rank,
       device_(device),
       links_(std::move(linksByPeer)),
       config_(config),
-      abortFlag_(abortFlag) {
+      abortFlag_(abortFlag),
+      registrationPinsMemory_(device.properties().registrationPinsMemory) {
   for (int id = 0; id < codecs::kNumCodecIds; ++id) {
     codecs::CodecSpec spec;
     spec.id = static_cast<codecs::CodecId>(id);
@@ -684,8 +685,8 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
   const auto* send = static_cast<const uint8_t*>(args.send);
   auto* recv = static_cast<uint8_t*>(args.recv);
   if (!p->schedule.steps.empty()) {
-    // Registration is cheap for tcp and loopback (a bounds record); verbs will need its
-    // registration cache to notice memory the application freed.
+    // Registration is cheap for tcp and loopback (a bounds record); verbs pins the pages, so
+    // run() drops these regions when the call ends (registrationPinsMemory_).
     if (p->schedule.sendCount > 0) {
       p->sendRegion =
           device_.registerMemory(const_cast<uint8_t*>(send), p->schedule.sendCount * esize);
@@ -729,6 +730,17 @@ void Engine::run(const CollectiveArgs& args) {
   const uint32_t id = collectiveId_++;
   stats_ = {};
   Prepared& p = prepare(args);
+  // A device that pins registered pages (verbs) must not keep registrations of the caller's
+  // buffers beyond this call: freed and reallocated memory at the same address would be other
+  // pages. Plans for such devices are rebuilt per call.
+  struct ForgetIfPinned {
+    Engine& engine;
+    const Prepared* prepared;
+    ~ForgetIfPinned() {
+      if (engine.registrationPinsMemory_)
+        std::erase_if(engine.prepared_, [&](const auto& q) { return q.get() == prepared; });
+    }
+  } forget{*this, &p};
   lastAlgorithm_ = p.algorithm;
   const size_t esize = elementSize(args.dtype);
   const auto* send = static_cast<const uint8_t*>(args.send);

@@ -108,6 +108,7 @@ class Engine {
   // Plans and user-buffer registrations of recent calls, reused when a call repeats (training
   // loops call with the same buffers every step). Bounded; least recently used goes first.
   std::vector<std::unique_ptr<Prepared>> prepared_;
+  bool registrationPinsMemory_ = false;  // the device's property: see Engine::run()
   uint64_t useClock_ = 0;
   std::array<transport::Completion, 64> completions_;
   // Decoders by codec id (decoding depends only on the chunk's bytes) and room for one chunk of

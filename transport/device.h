@@ -22,6 +22,10 @@ struct DeviceProperties {
   bool supportsGpuMemory = false;
   bool supportsDmaBuf = false;
   size_t maxWriteBytes = 0;  // largest single postWrite payload
+  // Registering memory pins its pages (verbs): a registration kept after the application frees
+  // the buffer would let the NIC read pages that no longer belong to it, so callers must not
+  // cache registrations of memory they do not own beyond the call that uses them.
+  bool registrationPinsMemory = false;
 };
 
 /// What a backend needs to open a device for one rank of one communicator.
@@ -68,7 +72,8 @@ class Device {
 /// or not usable on this machine, kInvalidArgument for an unknown name.
 std::unique_ptr<Device> createDevice(const std::string& name, const DeviceOptions& options);
 
-/// Resolves "auto" to the best backend available here, logging why once.
-std::string resolveTransportName(const std::string& requested);
+/// Resolves "auto" to the best backend available here (verbs where an active RDMA port that
+/// config allows exists, else tcp), logging the choice and why once.
+std::string resolveTransportName(const std::string& requested, const Config& config);
 
 }  // namespace gs::transport

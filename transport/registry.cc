@@ -3,9 +3,14 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "gradstream/build_config.h"
 #include "transport/device.h"
 #include "transport/loopback/device.h"
 #include "transport/tcp/device.h"
+#if GS_HAVE_VERBS
+#include "transport/verbs/device.h"
+#include "transport/verbs/port_select.h"
+#endif
 
 namespace gs::transport {
 
@@ -15,21 +20,35 @@ std::unique_ptr<Device> createDevice(const std::string& name, const DeviceOption
   if (name == "loopback")
     return std::make_unique<loopback::Device>(options);
   if (name == "verbs") {
-    throw Error(Errc::kUnsupported, "verbs transport is not built in this version");
+#if GS_HAVE_VERBS
+    return std::make_unique<verbs::Device>(options);
+#else
+    throw Error(Errc::kUnsupported,
+                "verbs transport is not built in (rebuild with libibverbs-dev installed)");
+#endif
   }
-  throw Error(
-      Errc::kInvalidArgument,
-      formatString("unknown transport \"%s\" (expected tcp, loopback or auto)", name.c_str()));
+  throw Error(Errc::kInvalidArgument,
+              formatString("unknown transport \"%s\" (expected tcp, verbs, loopback or auto)",
+                           name.c_str()));
 }
 
-std::string resolveTransportName(const std::string& requested) {
+std::string resolveTransportName(const std::string& requested, const Config& config) {
   if (requested != "auto")
     return requested;
+#if GS_HAVE_VERBS
+  const std::string why = verbs::rdmaUnavailableReason(config);
+#else
+  (void)config;
+  const std::string why = "the verbs transport is not built in";
+#endif
   static std::once_flag logged;
-  std::call_once(logged, [] {
-    GS_LOG_INFO("transport auto: using tcp (no RDMA device support is built into this version)");
+  std::call_once(logged, [&] {
+    if (why.empty())
+      GS_LOG_INFO("transport auto: using verbs (an active RDMA port is available)");
+    else
+      GS_LOG_INFO("transport auto: using tcp (%s)", why.c_str());
   });
-  return "tcp";
+  return why.empty() ? "verbs" : "tcp";
 }
 
 }  // namespace gs::transport

@@ -135,12 +135,23 @@ void Listener::service() {
       }
     }
     if (!why.empty())
-      GS_LOG_WARN("rejected tcp connection from %s: %s", p.peerIp.c_str(), why.c_str());
+      GS_LOG_WARN("rejected %s connection from %s: %s", params_.backend, p.peerIp.c_str(),
+                  why.c_str());
     if (done) {
       pending_.erase(pending_.begin() + static_cast<ptrdiff_t>(i));
     } else {
       ++i;
     }
+  }
+  if (hook_ && !inHook_) {
+    inHook_ = true;
+    try {
+      hook_();
+    } catch (...) {
+      inHook_ = false;
+      throw;
+    }
+    inHook_ = false;
   }
 }
 
@@ -214,6 +225,16 @@ int Listener::arrived(int peer) const {
   for (const auto& s : it->second)
     n += s ? 1 : 0;
   return n;
+}
+
+bool Listener::takeAny(int* peer, std::vector<Socket>& out) {
+  for (const auto& [rank, sockets] : stash_) {
+    if (arrived(rank) == params_.socketsPerPeer) {
+      *peer = rank;
+      return take(rank, out);
+    }
+  }
+  return false;
 }
 
 bool Listener::take(int peer, std::vector<Socket>& out) {
@@ -335,12 +356,12 @@ std::vector<Socket> dial(asio::io_context& io,
                   ack.dialerRank == params.rank && tagsEqual(expected, got);
         if (!ok) {
           GS_LOG_WARN(
-              "rejected tcp connection to rank %d (%s): invalid ack (wrong communicator "
+              "rejected %s connection to rank %d (%s): invalid ack (wrong communicator "
               "secret?)",
-              peer, where.c_str());
-          throw Error(Errc::kRemote, formatString("tcp connect to rank %d (%s): the peer failed "
+              params.backend, peer, where.c_str());
+          throw Error(Errc::kRemote, formatString("%s connect to rank %d (%s): the peer failed "
                                                   "authentication",
-                                                  peer, where.c_str()));
+                                                  params.backend, peer, where.c_str()));
         }
         d->state = State::kDone;
       }

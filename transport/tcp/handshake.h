@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -26,6 +27,7 @@ struct HandshakeParams {
   int socketsPerPeer = 1;
   Secret secret{};
   int64_t handshakeTimeoutMs = 60000;  // a dialed-in socket must say hello within this
+  const char* backend = "tcp";         // names the transport in log lines and errors
 };
 
 /// Applies the data-path socket options (TCP_NODELAY, buffer sizes); logs and carries on when
@@ -52,6 +54,12 @@ class Listener {
   int arrived(int peer) const;
   /// Moves out peer's sockets, ordered by socket index, once all have arrived.
   bool take(int peer, std::vector<Socket>& out);
+  /// Like take(), for whichever peer has all its sockets here; sets *peer.
+  bool takeAny(int* peer, std::vector<Socket>& out);
+  /// Runs hook at the end of every service() (not re-entered): a backend whose connection
+  /// set-up continues past the sockets (verbs) advances the set-ups peers started with us there,
+  /// so ranks blocked in connect() for other peers still answer them.
+  void setServiceHook(std::function<void()> hook) { hook_ = std::move(hook); }
 
  private:
   struct Pending {
@@ -73,6 +81,8 @@ class Listener {
   boost::asio::ip::tcp::endpoint endpoint_;
   std::vector<std::unique_ptr<Pending>> pending_;
   std::map<int, std::vector<std::unique_ptr<Socket>>> stash_;  // by dialer rank, by index
+  std::function<void()> hook_;
+  bool inHook_ = false;
 };
 
 /// Dials peer (a lower rank) at endpoint with params.socketsPerPeer sockets, sends the hellos

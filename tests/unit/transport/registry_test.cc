@@ -5,14 +5,23 @@
 namespace gs::transport::testing {
 namespace {
 
-TEST(TransportRegistry, VerbsIsNotBuiltIn) {
+// On a host without an RDMA device (this test's premise; it skips elsewhere) asking for verbs
+// is GS_ERR_UNSUPPORTED saying why, and auto picks tcp.
+TEST(TransportRegistry, VerbsWithoutRdmaDeviceIsUnsupported) {
+  std::unique_ptr<Device> device;
   try {
-    createDevice("verbs", makeOptions(0, 1, freshFabricId(), {}));
-    FAIL() << "verbs device created";
+    device = createDevice("verbs", makeOptions(0, 1, freshFabricId(), {}));
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Errc::kUnsupported);
-    EXPECT_STREQ(e.what(), "verbs transport is not built in this version");
+    const std::string why = e.what();
+    EXPECT_TRUE(why.find("no RDMA device") != std::string::npos ||
+                why.find("no active RDMA port") != std::string::npos ||
+                why.find("not built in") != std::string::npos)
+        << why;
+    EXPECT_EQ(resolveTransportName("auto", Config{}), "tcp");
+    return;
   }
+  GTEST_SKIP() << "this host has an RDMA device (" << device->properties().name << ")";
 }
 
 TEST(TransportRegistry, UnknownNameIsNamed) {
@@ -25,10 +34,11 @@ TEST(TransportRegistry, UnknownNameIsNamed) {
   }
 }
 
-TEST(TransportRegistry, AutoResolvesToTcp) {
-  EXPECT_EQ(resolveTransportName("auto"), "tcp");
-  EXPECT_EQ(resolveTransportName("auto"), "tcp");
-  EXPECT_EQ(resolveTransportName("loopback"), "loopback");
+TEST(TransportRegistry, AutoResolvesConsistently) {
+  const std::string first = resolveTransportName("auto", Config{});
+  EXPECT_TRUE(first == "tcp" || first == "verbs") << first;
+  EXPECT_EQ(resolveTransportName("auto", Config{}), first);
+  EXPECT_EQ(resolveTransportName("loopback", Config{}), "loopback");
 }
 
 TEST(TransportRegistry, LoopbackRejectsDuplicateRank) {
