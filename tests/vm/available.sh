@@ -13,7 +13,7 @@ for tool in qemu-system-x86_64 timeout; do
 done
 if [[ -f $cache/current ]]; then
   kver=$(<"$cache/current")
-  if [[ -f $cache/$kver/vmlinuz && -f $cache/$kver/initramfs ]]; then exit 0; fi
+  if [[ -f $cache/$kver/kernel-done ]]; then exit 0; fi
 fi
 # Not built yet: buildable when the tools setup.sh uses are here.
 for tool in busybox apt-get apt-cache dpkg depmod modprobe; do

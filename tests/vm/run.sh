@@ -50,11 +50,10 @@ if ! reason=$("$here/available.sh" 2>&1); then
   echo "vm: SKIP: $reason" >&2
   exit 77
 fi
-"$here/setup.sh" --no-install >&2 || { echo "vm: SKIP: cannot build the VM cache in $cache" >&2; exit 77; }
-kver=$(<"$cache/current")
-kdir=$cache/$kver
-kernel=$kdir/vmlinux  # uncompressed: boots in about 1 s instead of 6 (setup.sh)
-[[ -f $kernel ]] || kernel=$kdir/vmlinuz
+paths=$("$here/setup.sh" --no-install --print) ||
+  { echo "vm: SKIP: cannot build the VM cache in $cache (tests/vm/setup.sh failed)" >&2; exit 77; }
+kernel=$(sed -n 's/^kernel=//p' <<<"$paths")
+initrd=$(sed -n 's/^initrd=//p' <<<"$paths")
 
 # Writable shares: absolute, existing, none inside another (the outer one carries it).
 mapfile -t shares < <(for s in "${shares[@]}"; do (cd "$s" && pwd); done | LC_ALL=C sort -u)
@@ -123,7 +122,7 @@ if [[ -t 1 ]]; then out_chardev=(-chardev file,id=out,path=/dev/stdout,append=on
 # shellcheck disable=SC2054  # commas belong to QEMU's option syntax
 qemu=(qemu-system-x86_64 -accel tcg,thread=multi -cpu max -machine q35 -smp 2 -m 2G
   -nodefaults -display none -nic none -no-reboot
-  -kernel "$kernel" -initrd "$kdir/initramfs" -append "console=ttyS0 panic=-1 quiet ${GS_VM_KERNEL_ARGS-mitigations=off}"
+  -kernel "$kernel" -initrd "$initrd" -append "console=ttyS0 panic=-1 quiet ${GS_VM_KERNEL_ARGS-mitigations=off}"
   -chardev "file,id=con,path=$ctl/console.log" -serial chardev:con
   "${out_chardev[@]}" -serial chardev:out
   -virtfs "local,path=/,mount_tag=hostroot,security_model=none,multidevs=remap,readonly=on"
