@@ -130,7 +130,8 @@ qemu=(qemu-system-x86_64 -accel tcg,thread=multi -cpu max -machine q35 -smp 2 -m
   "${virtfs[@]}")
 
 start=$(date +%s.%N)
-# timeout(1) sends TERM to QEMU at the deadline and KILL 5 s later.
+# timeout(1) sends TERM to QEMU at the deadline and KILL 5 s later; $! is timeout itself, the
+# leader of the process group that cleanup() kills if this script is interrupted.
 timeout -k 5 "$timeout" "${qemu[@]}" </dev/null 2>"$ctl/qemu.err" &
 qemu_pid=$!
 if [[ ${GS_VM_VERBOSE:-0} == 1 ]]; then

@@ -54,7 +54,7 @@ kernel_pkg() {
 }
 # apt-cache takes 1-2 s here (no pkgcache.bin): reuse its answer until the package lists change.
 lists_mtime=$(stat -c %Y /var/lib/apt/lists 2>/dev/null || echo 0)
-kpkg=
+kpkg='' mtime='' known=''
 if [[ -f $cache/kernel-pkg ]]; then
   read -r mtime known <"$cache/kernel-pkg" || true
   if [[ ${mtime:-} == "$lists_mtime" ]]; then kpkg=${known:-}; fi
@@ -70,9 +70,10 @@ if [[ -z $kpkg ]]; then
     exit 1
   fi
 fi
-mkdir -p "$cache"
-lists_mtime=$(stat -c %Y /var/lib/apt/lists 2>/dev/null || echo 0)
-echo "$lists_mtime $kpkg" >"$cache/kernel-pkg"
+if [[ ${mtime:-} != "$lists_mtime" || ${known:-} != "$kpkg" ]]; then
+  mkdir -p "$cache"
+  echo "$lists_mtime $kpkg" >"$cache/kernel-pkg"
+fi
 kver=${kpkg#linux-image-}
 kdir=$cache/$kver
 
@@ -184,8 +185,14 @@ install -m 0755 "$here/init" "$root/init"
   >"$initrd.tmp"
 mv "$initrd.tmp" "$initrd"
 
-# Keep the .deb (a changed init rebuilds without downloading), drop the 400 MB tree.
+# Keep the .deb (a changed init rebuilds without downloading), drop the 400 MB tree, older
+# kernels and initramfs versions unused for a week (a running QEMU keeps its open files).
 rm -rf "$tree" "$root"
+find "$kdir" -maxdepth 1 -name 'initramfs-*' ! -name "initramfs-$stamp" -atime +7 -delete
+for old in "$cache"/*/kernel-done; do
+  old=${old%/kernel-done}
+  if [[ -d $old && $old != "$kdir" ]]; then rm -rf "$old"; fi
+done
 echo "$kver" >"$cache/current"
 echo "vm setup: $kver ready in $cache ($((SECONDS - start)) s, initramfs $(du -k "$initrd" | cut -f1) KiB)" >&2
 done_now
