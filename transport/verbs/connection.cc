@@ -410,6 +410,18 @@ void Connection::handle(const ibv_wc& wc) {
   if (wc.status != IBV_WC_SUCCESS) {
     if (failed_)
       return;  // flushed work after the first error says nothing new
+    if (wc.status == IBV_WC_WR_FLUSH_ERR) {
+      // Flushed before any error of ours: the device moved the QP to the error state. Its async
+      // event (port down, QP fatal) says why, when there is one.
+      device_.serviceAsyncEvents();
+      if (failed_)
+        return;
+      fail(Errc::kSystem,
+           formatString("verbs %s: work request flushed: the QP entered the error state without "
+                        "an error of its own (port or link down?)",
+                        qpName(index).c_str()));
+      return;
+    }
     std::string why = formatString(
         "verbs %s: work completion error: %s (status %d, vendor error "
         "0x%x)",
