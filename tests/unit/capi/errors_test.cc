@@ -74,6 +74,27 @@ TEST(CapiErrors, InitArguments) {
   EXPECT_EQ(gs_request_free(nullptr), GS_OK);
 }
 
+// Premise: no RDMA device here (every CI machine); skips on a host that has one.
+TEST(CapiErrors, VerbsWithoutAnRdmaDeviceIsUnsupportedAndSaysWhy) {
+  gs_unique_id_t id;
+  ASSERT_EQ(gs_get_unique_id(&id), GS_OK);
+  gs_config_t cfg;
+  gs_config_init(&cfg);
+  cfg.transport = "verbs";
+  gs_comm_t comm = nullptr;
+  const gs_status_t status = gs_comm_init_rank(&comm, 1, &id, 0, &cfg);
+  if (status == GS_OK) {
+    gs_comm_destroy(comm);
+    GTEST_SKIP() << "this host has a usable RDMA device";
+  }
+  EXPECT_EQ(status, GS_ERR_UNSUPPORTED) << gs_last_error();
+  const std::string why = gs_last_error();
+  EXPECT_TRUE(why.find("RDMA") != std::string::npos ||
+              why.find("not built in") != std::string::npos)
+      << why;
+  EXPECT_EQ(comm, nullptr);
+}
+
 TEST(CapiErrors, InitFromEnvNamesTheMissingVariable) {
   unsetenv("RANK");
   unsetenv("OMPI_COMM_WORLD_RANK");
