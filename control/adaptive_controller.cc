@@ -144,9 +144,11 @@ void AdaptiveController::end(stream::Engine& engine,
     }
     const CodecDecision d = l.policy.observe(o);
     if (d.rung != rung) {
-      GS_LOG_INFO("link to rank %d: %s -> %s (%s; %.3g GB/s at %s)", l.peer,
+      // t= is steady (CLOCK_MONOTONIC) seconds: tests line decisions up with rate changes.
+      GS_LOG_INFO("link to rank %d: %s -> %s (%s; %.3g GB/s at %s) t=%.3f", l.peer,
                   ladder_[rung].name().c_str(), ladder_[d.rung].name().c_str(), d.reason,
-                  l.policy.estimate(rung) * 1e-9, ladder_[rung].name().c_str());
+                  l.policy.estimate(rung) * 1e-9, ladder_[rung].name().c_str(),
+                  std::chrono::duration<double>(now.time_since_epoch()).count());
       engine.setLinkCodec(l.peer, codecOf(d.rung));
       if (counters != nullptr)
         counters->setCodecRung(static_cast<int>(ladder_[d.rung].id));
