@@ -32,7 +32,7 @@ struct CodecPolicyConfig {
   /// up to maxProbeInterval; a change of conditions starts over.
   std::chrono::nanoseconds probeInterval = std::chrono::milliseconds(500);
   std::chrono::nanoseconds maxProbeInterval = std::chrono::seconds(16);
-  double probeWindows = 8;
+  double probeWindows = 3;
   std::chrono::nanoseconds errorHold = std::chrono::seconds(30);
   /// The link is the bottleneck (worth compressing for) when ready chunks waited for the
   /// receiver's credits at least this share of the busy time, or the transport's rtt rose to

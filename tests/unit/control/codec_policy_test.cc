@@ -161,7 +161,7 @@ TEST(CodecPolicy, FloorIsNeverPassed) {
   c.rungs = 2;  // raw, bf16 (floor)
   Sim sim(c);
   sim.run(Model{10e6, kCpu}, 30);
-  EXPECT_GE(std::count(sim.rungs.begin(), sim.rungs.end(), 1), 25);
+  EXPECT_GE(std::count(sim.rungs.begin(), sim.rungs.end(), 1), 22);  // the rest: probes up
   EXPECT_TRUE(std::all_of(sim.rungs.begin(), sim.rungs.end(), [](int r) { return r <= 1; }));
 }
 
