@@ -112,6 +112,16 @@ gs::Config makeConfig(const gs_config_t* c) {
       cfg.slotsPerPeer = c->slots_per_peer;
     if (GS_FIELD(sockets_per_peer) && c->sockets_per_peer >= 0)
       cfg.socketsPerPeer = c->sockets_per_peer;
+    if (GS_FIELD(codec_ladder) && c->codec_ladder)
+      cfg.codecLadder = c->codec_ladder;
+    if (GS_FIELD(codec_floor) && c->codec_floor)
+      cfg.codecFloor = c->codec_floor;
+    if (GS_FIELD(chunk_min_bytes) && c->chunk_min_bytes >= 0)
+      cfg.chunkMinBytes = c->chunk_min_bytes;
+    if (GS_FIELD(chunk_max_bytes) && c->chunk_max_bytes >= 0)
+      cfg.chunkMaxBytes = c->chunk_max_bytes;
+    if (GS_FIELD(error_budget) && c->error_budget >= 0)
+      cfg.errorBudget = c->error_budget;
 #undef GS_FIELD
   }
   cfg.applyEnvironment();
@@ -245,6 +255,11 @@ gs_status_t gs_config_init(gs_config_t* config) {
     config->metrics_address = nullptr;
     config->slots_per_peer = -1;
     config->sockets_per_peer = -1;
+    config->codec_ladder = nullptr;
+    config->codec_floor = nullptr;
+    config->chunk_min_bytes = -1;
+    config->chunk_max_bytes = -1;
+    config->error_budget = -1;
   });
 }
 

@@ -133,4 +133,9 @@ void applyResidual(DataType dtype, void* x, const void* residual, size_t count);
 void updateResidual(
     DataType dtype, const void* xEncoded, const void* decoded, void* residual, size_t count);
 
+/// Relative L2 error ||x - decoded|| / ||x|| of count elements of a floating-point dtype
+/// (finite elements only; 0 when both are all zero, 1 when only x is). For the sampled error of
+/// lossy chunks (codec=auto's guardrail).
+double relativeError(DataType dtype, const void* x, const void* decoded, size_t count);
+
 }  // namespace gs::codecs

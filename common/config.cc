@@ -77,9 +77,10 @@ const std::vector<Entry>& table() {
        }},
       {{"GS_CODEC", "raw",
         "wire codec: raw, fp16, bf16, fp8e4m3, fp8e5m2, int8, int4, topk:<fraction>; "
-        "options ,sr (stochastic rounding) ,block=N"},
+        "options ,sr (stochastic rounding) ,block=N; auto: per link from GS_CODEC_LADDER"},
        [](Config& c, const std::string& v) { c.codec = v; }},
-      {{"GS_METRICS_ADDR", "", "Prometheus exporter host:port; each local rank adds its local rank to the port"},
+      {{"GS_METRICS_ADDR", "",
+        "Prometheus exporter host:port; each local rank adds its local rank to the port"},
        [](Config& c, const std::string& v) { c.metricsAddress = v; }},
       {{"GS_SOCKET_IFNAME", "", "network interface for rendezvous and tcp; unset: loopback only"},
        [](Config& c, const std::string& v) { c.socketIfname = v; }},
@@ -116,7 +117,7 @@ const std::vector<Entry>& table() {
        [](Config& c, const std::string& v) {
          c.chunkMinBytes = parseInt("GS_CHUNK_MIN_BYTES", v, 4096, 64 << 20);
        }},
-      {{"GS_CHUNK_MAX_BYTES", "4M", "codec=auto: largest chunk the controller picks"},
+      {{"GS_CHUNK_MAX_BYTES", "2M", "codec=auto: largest chunk the controller picks"},
        [](Config& c, const std::string& v) {
          c.chunkMaxBytes = parseInt("GS_CHUNK_MAX_BYTES", v, 4096, 64 << 20);
        }},
@@ -171,6 +172,11 @@ void Config::validate() const {
   GS_CHECK(chunkMinBytes <= chunkMaxBytes, Errc::kInvalidArgument,
            "chunk_min_bytes %lld exceeds chunk_max_bytes %lld",
            static_cast<long long>(chunkMinBytes), static_cast<long long>(chunkMaxBytes));
+  GS_CHECK(chunkMinBytes >= 4096 && chunkMaxBytes <= (64 << 20), Errc::kInvalidArgument,
+           "chunk bounds [%lld, %lld] leave [4096, 64M]", static_cast<long long>(chunkMinBytes),
+           static_cast<long long>(chunkMaxBytes));
+  GS_CHECK(errorBudget >= 0 && errorBudget <= 1, Errc::kInvalidArgument,
+           "error_budget %g is out of range [0, 1]", errorBudget);
   // codec is validated where codecs are known (codecs::CodecSpec::parse, at communicator set-up).
 }
 

@@ -37,7 +37,7 @@ struct Config {
   std::string codecLadder = "raw,bf16,fp8e4m3,int8,int4";
   std::string codecFloor = "int4";  // never below this rung of the ladder
   int64_t chunkMinBytes = 256 << 10;
-  int64_t chunkMaxBytes = 4 << 20;
+  int64_t chunkMaxBytes = 2 << 20;
   double errorBudget = 0.05;  // relative L2 error budget of sampled lossy chunks
 
   // topology and algorithm choice

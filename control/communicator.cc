@@ -74,6 +74,10 @@ struct PeerInfo {
   }
 };
 
+bool isAutoCodec(const std::string& codec) {
+  return codec == "auto" || codec == "AUTO" || codec == "Auto";
+}
+
 std::string hostName() {
   char buf[256] = {};
   gethostname(buf, sizeof(buf) - 1);
@@ -140,10 +144,14 @@ std::unique_ptr<Communicator> Communicator::create(int nranks,
   GS_CHECK(rank >= 0 && rank < nranks, Errc::kInvalidArgument, "rank %d out of range [0, %d)", rank,
            nranks);
   config.validate();
-  const codecs::CodecSpec spec = codecs::CodecSpec::parse(config.codec);
   std::unique_ptr<Communicator> comm(new Communicator(nranks, rank, config));
-  if (spec.id != codecs::CodecId::kRaw)
-    comm->codec_ = codecs::makeCodec(spec);
+  if (isAutoCodec(config.codec)) {
+    parseCodecLadder(config.codecLadder, config.codecFloor);  // fail before connecting
+  } else {
+    const codecs::CodecSpec spec = codecs::CodecSpec::parse(config.codec);
+    if (spec.id != codecs::CodecId::kRaw)
+      comm->codec_ = codecs::makeCodec(spec);
+  }
   comm->connect(id);
   return comm;
 }
@@ -228,6 +236,11 @@ void Communicator::connect(const UniqueId& id) {
     raw[p] = links_[p].get();
   engine_ = std::make_unique<stream::Engine>(rank_, nranks_, *device_, raw, config_, aborted_);
   engine_->setLinkCounters(std::move(counters));
+  if (isAutoCodec(config_.codec)) {
+    controller_ = std::make_unique<AdaptiveController>(
+        config_, std::vector<int>(neighbours.begin(), neighbours.end()));
+    controller_->apply(*engine_, *metrics_);
+  }
   int localRanks = 0;
   for (const PeerInfo& info : infos)
     localRanks += info.hostname == mine.hostname ? 1 : 0;
@@ -281,9 +294,20 @@ void Communicator::execute(const stream::CollectiveArgs& args) {
     // Integer buffers (and any dtype the codec cannot take) travel raw, exactly.
     if (codec_ && codec_->supports(args.dtype))
       withCodec.codec = codec_.get();
+    // codec=auto: floating-point buffers with no codec of their own follow the controller.
+    withCodec.adaptive = controller_ != nullptr && withCodec.codec == nullptr &&
+                         codecs::residualElementSize(args.dtype) > 0;
+    if (withCodec.adaptive)
+      controller_->begin(*metrics_);
     metrics_->beginCollective();
     const auto start = Clock::now();
     engine_->run(withCodec);
+    if (engine_->lastStats().adaptive) {
+      std::vector<stream::Link*> byPeer(links_.size(), nullptr);
+      for (size_t p = 0; p < links_.size(); ++p)
+        byPeer[p] = links_[p].get();
+      controller_->end(*engine_, *metrics_, byPeer, AdaptiveController::Clock::now());
+    }
     recordCollective(args, std::chrono::duration<double>(Clock::now() - start).count());
   } catch (const Error& e) {
     metrics_->recordError(e.code());

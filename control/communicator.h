@@ -13,6 +13,7 @@
 #include "codecs/codec.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "control/adaptive_controller.h"
 #include "control/unique_id.h"
 #include "monitoring/metrics.h"
 #include "stream/engine.h"
@@ -73,6 +74,8 @@ class Communicator {
 
   void abort();
   const stream::CollectiveStats& lastStats() const { return engine_->lastStats(); }
+  /// codec=auto: the controller (null for a fixed codec). Read it only between collectives.
+  const AdaptiveController* controller() const { return controller_.get(); }
 
   /// Figures of this rank (thread-safe; may run while a collective does).
   struct Stats {
@@ -100,7 +103,8 @@ class Communicator {
   std::vector<std::unique_ptr<stream::Link>> links_;
   std::unique_ptr<monitoring::Metrics> metrics_;
   std::unique_ptr<stream::Engine> engine_;
-  std::unique_ptr<codecs::Codec> codec_;  // null: raw
+  std::unique_ptr<codecs::Codec> codec_;            // null: raw (or codec=auto)
+  std::unique_ptr<AdaptiveController> controller_;  // codec=auto
 
   std::atomic<bool> aborted_{false};
   std::mutex execMutex_;  // one collective at a time; guards the links and engine

@@ -83,6 +83,16 @@ std::vector<Family> Metrics::State::collect() const {
   Family creditWait =
       family("gs_credit_wait_seconds_total",
              "Time spent ready to send to a peer but waiting for a credit", T::kCounter);
+  Family encode = family("gs_encode_seconds_total",
+                         "Time spent encoding chunks for a peer (lossy codecs)", T::kCounter);
+  Family rtt =
+      family("gs_link_rtt_seconds",
+             "Round-trip time the transport measures towards a peer (tcp: TCP_INFO)", T::kGauge);
+  Family retrans = family("gs_link_retransmits_total",
+                          "Retransmitted segments towards a peer (tcp: TCP_INFO)", T::kCounter);
+  Family cwnd =
+      family("gs_link_cwnd_bytes",
+             "Congestion window towards a peer, summed over sockets (tcp: TCP_INFO)", T::kGauge);
   Family lastProgress =
       family("gs_last_progress_timestamp_seconds",
              "Unix time of the last chunk completed or received on a link", T::kGauge);
@@ -107,6 +117,11 @@ std::vector<Family> Metrics::State::collect() const {
       rung.samples.push_back(valueSample(pl, lc->codecRung.load(r)));
       creditWait.samples.push_back(
           valueSample(pl, static_cast<double>(lc->creditWaitNs.load(r)) * 1e-9));
+      encode.samples.push_back(valueSample(pl, static_cast<double>(lc->encodeNs.load(r)) * 1e-9));
+      rtt.samples.push_back(valueSample(pl, lc->transportRttSeconds.load(r)));
+      retrans.samples.push_back(
+          valueSample(pl, static_cast<double>(lc->transportRetransmits.load(r))));
+      cwnd.samples.push_back(valueSample(pl, static_cast<double>(lc->transportCwndBytes.load(r))));
       lastProgress.samples.push_back(
           valueSample(pl, static_cast<double>(lc->lastProgressUnixNs.load(r)) * 1e-9));
     }
@@ -173,10 +188,10 @@ std::vector<Family> Metrics::State::collect() const {
   ranks.samples.push_back(valueSample(base, nranks));
 
   std::vector<Family> out;
-  for (Family* f :
-       {&bytesLogical, &bytesWire, &chunks,     &chunksRecv,   &bytesRecv,   &goodput,   &latency,
-        &chunkSize,    &rung,      &creditWait, &lastProgress, &collSeconds, &collBytes, &algbw,
-        &busbw,        &inProg,    &errs,       &compErr,      &infoFam,     &ranks}) {
+  for (Family* f : {&bytesLogical, &bytesWire, &chunks,       &chunksRecv,  &bytesRecv, &goodput,
+                    &latency,      &chunkSize, &rung,         &creditWait,  &encode,    &rtt,
+                    &retrans,      &cwnd,      &lastProgress, &collSeconds, &collBytes, &algbw,
+                    &busbw,        &inProg,    &errs,         &compErr,     &infoFam,   &ranks}) {
     if (!f->samples.empty())
       out.push_back(std::move(*f));
   }

@@ -176,6 +176,16 @@ Snapshot Metrics::State::snapshot() const {
       l.chunksReceived = lc->chunksReceived.load(r);
       l.bytesReceived = lc->bytesReceived.load(r);
       l.creditWaitNs = lc->creditWaitNs.load(r);
+      l.encodeNs = lc->encodeNs.load(r);
+      l.busyNs = lc->busyNs.load(r);
+      for (int c = 0; c < kMaxCodecs; ++c) {
+        l.errorSamples[c] = lc->errorSamples[c].load(r);
+        l.errorSum[c] = lc->errorSum[c].load(r);
+      }
+      l.transportRttSeconds = lc->transportRttSeconds.load(r);
+      l.transportRttVarSeconds = lc->transportRttVarSeconds.load(r);
+      l.transportRetransmits = lc->transportRetransmits.load(r);
+      l.transportCwndBytes = lc->transportCwndBytes.load(r);
       l.lastProgressUnixNs = lc->lastProgressUnixNs.load(r);
       l.goodputBytesPerSecond = lc->goodputBytesPerSecond.load(r);
       l.chunkSizeBytes = lc->chunkSizeBytes.load(r);

@@ -41,6 +41,14 @@ struct LinkSnapshot {
   uint64_t chunksReceived = 0;
   uint64_t bytesReceived = 0;
   uint64_t creditWaitNs = 0;
+  uint64_t encodeNs = 0;
+  uint64_t busyNs = 0;
+  std::array<uint64_t, kMaxCodecs> errorSamples{};
+  std::array<double, kMaxCodecs> errorSum{};
+  double transportRttSeconds = 0;
+  double transportRttVarSeconds = 0;
+  uint64_t transportRetransmits = 0;
+  uint64_t transportCwndBytes = 0;
   uint64_t lastProgressUnixNs = 0;
   double goodputBytesPerSecond = 0;
   uint64_t chunkSizeBytes = 0;

@@ -51,6 +51,7 @@ struct Engine::Run {
     Link* link = nullptr;
     Plan::LinkQueues* queues = nullptr;
     monitoring::LinkCounters* counters = nullptr;  // may be null
+    const codecs::Codec* codec = nullptr;          // codec of the chunks this rank encodes here
     uint64_t creditBlockedSinceNs = 0;             // a ready chunk waits for a credit since
     uint64_t logicalBytesSent = 0;                 // this collective
     uint64_t sendBase = 0, recvBase = 0;  // link sequences of this collective's first chunks
@@ -66,7 +67,8 @@ struct Engine::Run {
   uint32_t collectiveId;
   std::array<Completion, 64>& completions;  // scratch, the engine's (no per-call clearing)
 
-  const codecs::Codec* codec;  // null: raw
+  // Fixed codec (null: raw) or per link (CollectiveArgs::adaptive).
+  const codecs::Codec* codecOn(size_t li) const { return links[li].codec; }
 
   Run(Engine& e, const CollectiveArgs& a, uint32_t id, Plan& p, std::vector<LinkRun>& l)
       : engine(e),
@@ -75,8 +77,7 @@ struct Engine::Run {
         links(l),
         elementSize(elementSize_(a.dtype)),
         collectiveId(id),
-        completions(e.completions_),
-        codec(a.codec) {}
+        completions(e.completions_) {}
   static size_t elementSize_(DataType t) { return gs::elementSize(t); }
 
   [[noreturn]] void fail(Errc code, int blamedRank, const std::string& what) {
@@ -146,12 +147,16 @@ struct Engine::Run {
       transport::LocalSegment segs[2];
       size_t nsegs = 1;
       uint32_t wireBytes = 0;
+      const codecs::Codec* codec = codecOn(li);
       const bool encode = op.forwardLink < 0 && codec != nullptr && op.count > 0;
       if (encode) {
         // Header, metadata and payload contiguous in this slot's staging: one segment.
         uint8_t* out = link.encodeStaging(slot);
+        const uint64_t encodeStart = nowNs();
         const codecs::EncodedSize size = codec->encode(
             args.dtype, op.source, op.count, out + sizeof(codecs::ChunkHeader), seedOf(op));
+        if (lr.counters != nullptr)
+          lr.counters->addEncodeTime(nowNs() - encodeStart);
         fillHeader(reinterpret_cast<codecs::ChunkHeader*>(out), op, seq,
                    static_cast<uint8_t>(codec->id()), size.metaBytes, size.payloadBytes);
         wireBytes = size.metaBytes + size.payloadBytes;
@@ -186,11 +191,14 @@ struct Engine::Run {
         break;
       if (r == PostResult::kError)
         connectionFailed(li);
-      if (encode && (op.replica != nullptr || args.residual != nullptr)) {
+      const bool sample = encode && sampleError(*codec);
+      if (encode && (op.replica != nullptr || args.residual != nullptr || sample)) {
         const uint8_t* enc = link.encodeStaging(slot);
         uint8_t* decoded = engine.scratch(1);
         decodeOwn(reinterpret_cast<const codecs::ChunkHeader*>(enc),
                   enc + sizeof(codecs::ChunkHeader), op.count, decoded);
+        if (sample)
+          recordError(lr, codec->id(), op.source, decoded, op.count);
         if (args.residual != nullptr) {
           void* res = residualAt(op.source);
           codecs::updateResidual(args.dtype, op.source, decoded, res, op.count);
@@ -261,6 +269,9 @@ struct Engine::Run {
                                op.operand, op.dst, op.incomingFirst);
         break;
       case RecvAction::kReduceToSlot: {
+        // The sum leaves encoded with the codec of the link that forwards it.
+        const codecs::Codec* codec =
+            op.forwardedOn >= 0 ? codecOn(static_cast<size_t>(op.forwardedOn)) : args.codec;
         if (codec == nullptr && h.codec == static_cast<uint8_t>(codecs::CodecId::kRaw)) {
           // Raw in, raw out: reduce in the slot itself (decodeReduce allows dst == its input).
           why = dec.decodeReduce(args.dtype, args.op, payload, h.metaBytes, h.payloadBytes,
@@ -278,7 +289,7 @@ struct Engine::Run {
             op.slotMetaBytes = 0;
             op.slotPayloadBytes = static_cast<uint32_t>(op.count * elementSize);
           } else {
-            reencode(op, scratch, payload);
+            reencode(op, *codec, scratch, payload);
           }
         }
         break;
@@ -294,21 +305,33 @@ struct Engine::Run {
 
   // Encodes a reduced chunk back into its slot for forwarding (the slot holds up to
   // maxEncodedBytes after the header, see SlotLayout).
-  void reencode(RecvOp& op, const uint8_t* values, uint8_t* slotPayload) {
+  void reencode(RecvOp& op,
+                const codecs::Codec& codec,
+                const uint8_t* values,
+                uint8_t* slotPayload) {
+    const uint64_t encodeStart = nowNs();
     const codecs::EncodedSize size =
-        codec->encode(args.dtype, values, op.count, slotPayload,
-                      seedOf(SendOp{op.step, op.chunkIndex, op.elementOffset, op.count}));
-    op.slotCodec = static_cast<uint8_t>(codec->id());
+        codec.encode(args.dtype, values, op.count, slotPayload,
+                     seedOf(SendOp{op.step, op.chunkIndex, op.elementOffset, op.count}));
+    LinkRun& out = links[static_cast<size_t>(std::max(op.forwardedOn, 0))];
+    if (out.counters != nullptr)
+      out.counters->addEncodeTime(nowNs() - encodeStart);
+    op.slotCodec = static_cast<uint8_t>(codec.id());
     op.slotMetaBytes = size.metaBytes;
     op.slotPayloadBytes = size.payloadBytes;
-    if (args.residual != nullptr) {
+    const bool sample = sampleError(codec);
+    if (args.residual != nullptr || sample) {
       codecs::ChunkHeader h{};
+      h.codec = op.slotCodec;
       h.metaBytes = size.metaBytes;
       h.payloadBytes = size.payloadBytes;
       uint8_t* decoded = engine.scratch(1);
       decodeOwn(&h, slotPayload, op.count, decoded);
+      if (sample)
+        recordError(out, codec.id(), values, decoded, op.count);
       // The values belong to the block of op.operand (this rank's contribution to it).
-      codecs::updateResidual(args.dtype, values, decoded, residualAt(op.operand), op.count);
+      if (args.residual != nullptr)
+        codecs::updateResidual(args.dtype, values, decoded, residualAt(op.operand), op.count);
     }
   }
 
@@ -317,9 +340,26 @@ struct Engine::Run {
                  const uint8_t* encoded,
                  uint32_t count,
                  uint8_t* out) {
-    if (const char* why =
-            codec->decode(args.dtype, encoded, h->metaBytes, h->payloadBytes, count, out))
+    if (const char* why = engine.decoder(h->codec).decode(args.dtype, encoded, h->metaBytes,
+                                                          h->payloadBytes, count, out))
       fail(Errc::kInternal, engine.rank_, formatString("own chunk does not decode: %s", why));
+  }
+
+  // Numerics guardrail: every errorSampleEvery_-th lossy chunk is decoded back and compared.
+  bool sampleError(const codecs::Codec& codec) const {
+    if (codec.id() == codecs::CodecId::kRaw || engine.errorSampleEvery_ == 0)
+      return false;
+    return engine.lossyChunks_++ % engine.errorSampleEvery_ == 0;
+  }
+  void recordError(LinkRun& lr,
+                   codecs::CodecId id,
+                   const void* values,
+                   const void* decoded,
+                   uint32_t count) const {
+    if (lr.counters != nullptr) {
+      lr.counters->onErrorSample(static_cast<int>(id),
+                                 codecs::relativeError(args.dtype, values, decoded, count));
+    }
   }
 
   void scaleResidual(void* residual, size_t count, double factor) const {
@@ -643,6 +683,14 @@ Engine::Engine(int rank,
 
 Engine::~Engine() = default;
 
+void Engine::setLinkCodec(int peer, const codecs::Codec* codec) {
+  if (peer < 0)
+    return;
+  if (static_cast<size_t>(peer) >= linkCodecs_.size())
+    linkCodecs_.resize(static_cast<size_t>(peer) + 1, nullptr);
+  linkCodecs_[peer] = codec;
+}
+
 struct Engine::Prepared {
   CollectiveArgs key;
   Schedule schedule;
@@ -651,10 +699,12 @@ struct Engine::Prepared {
   std::vector<Run::LinkRun> links;
   uint64_t lastUse = 0;
   const char* algorithm = "ring";
+  bool adaptive = false;
 
   bool matches(const CollectiveArgs& a) const {
     return a.kind == key.kind && a.send == key.send && a.recv == key.recv && a.count == key.count &&
-           a.dtype == key.dtype && a.op == key.op && a.root == key.root && a.codec == key.codec;
+           a.dtype == key.dtype && a.op == key.op && a.root == key.root && a.codec == key.codec &&
+           a.adaptive == key.adaptive;
   }
 };
 
@@ -676,6 +726,8 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
   // (Raw only: with a lossy codec each rank would reduce its own exact value with the peer's
   // decoded one, and replicas would differ.)
   const bool latencyBound = args.codec == nullptr && args.count * esize <= kLatencyBoundBytes;
+  // codec=auto leaves latency-bound collectives raw (their round trip, not bytes, is the cost).
+  p->adaptive = args.adaptive && args.codec == nullptr && !latencyBound;
   p->schedule = buildSchedule(args.kind, rank_, nranks_, args.root, args.count, latencyBound);
   p->algorithm =
       args.kind == CollectiveKind::kBroadcast
@@ -703,7 +755,7 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
       Link* link = q.peer >= 0 && q.peer < nranks_ ? links_[q.peer] : nullptr;
       GS_CHECK(link != nullptr && link->connected(), Errc::kInternal,
                "no connection to rank %d for %s", q.peer, collectiveName(args.kind));
-      if (args.codec != nullptr)
+      if (args.codec != nullptr || p->adaptive)
         link->ensureEncodeStaging(device_);
       Run::LinkRun lr;
       lr.link = link;
@@ -760,10 +812,14 @@ void Engine::run(const CollectiveArgs& args) {
     lr.recvBase = lr.link->recvSequence;
     lr.posted = lr.completed = lr.processed = lr.releasedHere = 0;
     lr.creditBlockedSinceNs = lr.logicalBytesSent = 0;
+    const int peer = lr.link->peer();
+    lr.codec = p.adaptive && static_cast<size_t>(peer) < linkCodecs_.size() ? linkCodecs_[peer]
+                                                                            : args.codec;
     std::fill(lr.sendDone.begin(), lr.sendDone.end(), 0);
     for (RecvOp& op : lr.queues->recvs)
       op.processed = op.forwardDone = false;
   }
+  stats_.adaptive = p.adaptive;
   Run run(*this, args, id, p.plan, p.links);
   const uint64_t startNs = nowNs();
   run.execute();
@@ -773,6 +829,8 @@ void Engine::run(const CollectiveArgs& args) {
     Link& link = *lr.link;
     link.goodputBytes += lr.logicalBytesSent;
     link.goodputBusyNs += endNs - startNs;
+    if (lr.counters != nullptr)
+      lr.counters->addBusyTime(endNs - startNs);
     if (lr.counters != nullptr && endNs - link.goodputPublishedNs >= kGoodputPeriodNs &&
         link.goodputBusyNs > 0) {
       lr.counters->setGoodput(static_cast<double>(link.goodputBytes) * 1e9 /

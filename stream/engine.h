@@ -29,6 +29,10 @@ struct CollectiveArgs {
   /// Wire codec of the chunks this rank encodes; null for raw. Must support dtype. Receivers
   /// decode whatever codec each chunk carries.
   const codecs::Codec* codec = nullptr;
+  /// codec=auto: with codec null, each link's chunks use the codec the control plane set for
+  /// that link (Engine::setLinkCodec), possibly a different one per link and per collective.
+  /// Latency-bound collectives (the 2-rank exchange) stay raw.
+  bool adaptive = false;
   /// Error feedback (allreduce with a lossy codec): one residual element per buffer element
   /// (codecs::residualElementSize). Every element is encoded by this rank exactly once per
   /// ring allreduce (its step-0 block, its hop re-encodes, its own block in the allgather);
@@ -42,6 +46,7 @@ struct CollectiveStats {
   uint64_t bytesSent = 0;     // payload + headers
   uint64_t bytesLogical = 0;  // the same chunks' elements before encoding
   uint64_t chunksReceived = 0;
+  bool adaptive = false;  // ran with per-link codecs (CollectiveArgs::adaptive, not latency-bound)
 };
 
 /// Runs collectives as schedules over the links of one communicator: cuts steps into chunks,
@@ -92,6 +97,13 @@ class Engine {
   }
   uint32_t collectivesRun() const { return collectiveId_; }
 
+  /// Tunable of the control plane (codec=auto): the codec of the chunks this rank encodes for
+  /// `peer` in adaptive collectives from the next collective on (null: raw). The codec must
+  /// outlive the engine. Call between collectives only (same thread contract as run()).
+  void setLinkCodec(int peer, const codecs::Codec* codec);
+  /// Every how many lossy chunks per link one is decoded back to measure its error (0: never).
+  void setErrorSampling(uint32_t everyN) { errorSampleEvery_ = everyN; }
+
  private:
   struct Run;
   struct Prepared;
@@ -125,6 +137,9 @@ class Engine {
   }
   std::vector<monitoring::LinkCounters*> counters_;
   const char* lastAlgorithm_ = "ring";
+  std::vector<const codecs::Codec*> linkCodecs_;  // by peer; adaptive collectives
+  uint32_t errorSampleEvery_ = 16;
+  uint64_t lossyChunks_ = 0;  // chunks encoded by a lossy codec (error sampling clock)
   int spinRounds_ = 8;
   const codecs::Codec& decoder(uint8_t id) const { return *decoders_[id]; }
 };

@@ -172,7 +172,9 @@ class PlanBuilder {
       for (size_t c = 0; c < sc.sends.size(); ++c) {
         SendOp& op = plan_.links[sc.sendLink].sends[sc.sendIndex[c]];
         op.forwardIndex = from.recvIndex[c];
-        plan_.links[from.recvLink].recvs[op.forwardIndex].forwarded = true;
+        RecvOp& forwarded = plan_.links[from.recvLink].recvs[op.forwardIndex];
+        forwarded.forwarded = true;
+        forwarded.forwardedOn = sc.sendLink;
       }
     }
   }

@@ -40,7 +40,8 @@ struct RecvOp {
   RecvAction action;
   bool finalize;
   bool incomingFirst = false;
-  bool forwarded = false;  // a later send forwards this chunk from its slot
+  bool forwarded = false;    // a later send forwards this chunk from its slot
+  int32_t forwardedOn = -1;  // the link index of that send
   uint8_t* dst = nullptr;
   const uint8_t* operand = nullptr;
   uint32_t depBegin = 0, depEnd = 0;

@@ -19,6 +19,17 @@ namespace gs::transport {
 ///
 /// Thread safety: not thread-safe; one thread (the communicator's progress thread at a time)
 /// posts and polls. Owned by the caller; must be destroyed before its Device.
+/// The transport's own measurements of a link (what the control plane reads besides its
+/// own counters). Fields a transport cannot measure stay 0.
+struct LinkInfo {
+  double rttSeconds = 0;     // smoothed round-trip time (tcp: the largest over its sockets)
+  double rttVarSeconds = 0;  // its variation
+  uint64_t retransmits = 0;  // cumulative retransmitted segments / packets
+  uint64_t cwndBytes = 0;    // congestion window, summed over sockets / queue pairs
+  uint64_t ecnMarked = 0;    // verbs: RoCE ECN-marked packets (hw counters in sysfs)
+  uint64_t cnpReceived = 0;  // verbs: congestion notification packets handled
+};
+
 class Connection {
  public:
   static constexpr size_t kMaxSegments = 4;
@@ -47,6 +58,13 @@ class Connection {
 
   /// Why the connection failed; empty while it is healthy.
   virtual std::string errorMessage() const = 0;
+
+  /// Fills *out with the transport's view of the link; false when it has none (the default).
+  /// Not on the data path: may make system calls.
+  virtual bool linkInfo(LinkInfo* out) const {
+    (void)out;
+    return false;
+  }
 };
 
 }  // namespace gs::transport

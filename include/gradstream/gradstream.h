@@ -85,10 +85,16 @@ typedef struct {
   const char* transport;       /**< "auto" (default), "tcp", "loopback" (threads as ranks) */
   int64_t timeout_ms;          /**< deadline for every wait; default 60000 */
   int64_t chunk_bytes;         /**< pipeline chunk size; default 1 MiB */
-  const char* codec;           /**< wire codec; "raw" is the only one in this version */
+  const char* codec;           /**< wire codec: "raw" (default), "bf16", "int8", ... or "auto" */
   const char* metrics_address; /**< Prometheus exporter address; reserved */
   int64_t slots_per_peer;      /**< receive slots (chunks in flight) per peer; default 8 */
   int64_t sockets_per_peer;    /**< tcp sockets per peer; default 2 */
+  /* codec = "auto": an adaptive controller picks each link's codec from a ladder. */
+  const char* codec_ladder; /**< rungs, most precise first; default "raw,bf16,fp8e4m3,int8,int4" */
+  const char* codec_floor;  /**< least precise rung allowed; default "int4" */
+  int64_t chunk_min_bytes;  /**< chunk size bounds of the controller; default 256 KiB */
+  int64_t chunk_max_bytes;  /**< default 2 MiB */
+  double error_budget;      /**< relative L2 error allowed on sampled lossy chunks; default 0.05 */
 } gs_config_t;
 
 /** Fills *config with "unset" for every field. Returns GS_ERR_INVALID_ARGUMENT for NULL. */

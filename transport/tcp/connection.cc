@@ -1,5 +1,9 @@
 #include "transport/tcp/connection.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -409,6 +413,32 @@ void Connection::appendPollFds(std::vector<pollfd>& fds) const {
     if (fd >= 0)
       fds.push_back(pollfd{fd, ch->events.load(std::memory_order_relaxed), 0});
   }
+}
+
+bool Connection::linkInfo(transport::LinkInfo* out) const {
+  transport::LinkInfo info;
+  bool any = false;
+  for (const auto& ch : channels_) {
+    const int fd = ch->fd.load(std::memory_order_relaxed);
+    if (fd < 0)
+      continue;
+    tcp_info ti{};
+    socklen_t len = sizeof(ti);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
+      continue;
+    any = true;
+    // tcpi_rtt / tcpi_rttvar are in microseconds (tcp(7)); the socket with the longest queue
+    // speaks for the link.
+    if (ti.tcpi_rtt * 1e-6 > info.rttSeconds) {
+      info.rttSeconds = ti.tcpi_rtt * 1e-6;
+      info.rttVarSeconds = ti.tcpi_rttvar * 1e-6;
+    }
+    info.retransmits += ti.tcpi_total_retrans;
+    info.cwndBytes += static_cast<uint64_t>(ti.tcpi_snd_cwnd) * ti.tcpi_snd_mss;
+  }
+  if (any)
+    *out = info;
+  return any;
 }
 
 }  // namespace gs::transport::tcp

@@ -49,6 +49,9 @@ class Connection final : public transport::Connection {
   size_t poll(std::span<Completion> out) override;
   std::string errorMessage() const override;
 
+  /// TCP_INFO of every live socket: the largest rtt, summed retransmits and cwnd.
+  bool linkInfo(transport::LinkInfo* out) const override;
+
   /// Appends each live socket with the events it waits for. Thread-safe (reads atomics only).
   void appendPollFds(std::vector<pollfd>& fds) const;
 

@@ -201,6 +201,65 @@ TEST(CommStats, CountsLogicalAndWireBytes) {
   }
 }
 
+// codec=auto: each rank's controller picks the codec of its own outgoing link, so the links of
+// one ring carry different codecs (and change between collectives). Replicas must still be
+// bit-identical after every collective. The ladder has no raw rung, so every chunk is lossy and
+// the controller probes between three codecs.
+TEST(AutoCodec, ReplicasBitIdenticalWhateverEachLinkChooses) {
+  for (int n : {2, 3, 4}) {
+    RankOptions opt;
+    opt.transport = n == 3 ? "tcp" : "loopback";
+    opt.chunkBytes = 64 << 10;
+    opt.codec = "auto";
+    opt.codecLadder = "bf16,fp8e4m3,int8,int4";
+    constexpr size_t kCount = 300000;
+    constexpr int kIters = 25;
+    std::vector<std::vector<float>> out(n, std::vector<float>(kCount * kIters));
+    std::vector<std::string> errors(n);
+    std::vector<uint64_t> codecsSeen(n);
+    runRanks(n, opt, [&](int rank, gs_comm_t comm) {
+      for (int it = 0; it < kIters && errors[rank].empty(); ++it) {
+        std::vector<float> in = input(rank * 100 + it, kCount);
+        if (gs_allreduce(in.data(), out[rank].data() + it * kCount, kCount, GS_FLOAT32, GS_SUM,
+                         comm, nullptr) != GS_OK)
+          errors[rank] = gs_last_error();
+      }
+      gs_comm_stats_t st;
+      st.struct_size = sizeof(st);
+      if (gs_comm_stats(comm, &st) == GS_OK)
+        codecsSeen[rank] = st.bytes_wire < st.bytes_logical;
+    });
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(errors[r], "") << "N=" << n << " rank " << r;
+      EXPECT_TRUE(codecsSeen[r]) << "N=" << n << " rank " << r << " sent nothing compressed";
+    }
+    for (int it = 0; it < kIters; ++it) {
+      for (int r = 1; r < n; ++r) {
+        ASSERT_EQ(memcmp(out[0].data() + it * kCount, out[r].data() + it * kCount,
+                         kCount * sizeof(float)),
+                  0)
+            << "N=" << n << " collective " << it << ": rank " << r << " differs from rank 0";
+      }
+    }
+  }
+}
+
+TEST(CodecConfig, AutoRejectsAFloorOutsideTheLadder) {
+  gs_unique_id_t id;
+  ASSERT_EQ(gs_get_unique_id(&id), GS_OK);
+  gs_config_t cfg;
+  gs_config_init(&cfg);
+  cfg.transport = "loopback";
+  cfg.codec = "auto";
+  cfg.codec_ladder = "raw,bf16";
+  cfg.codec_floor = "int4";
+  gs_comm_t comm = nullptr;
+  EXPECT_EQ(gs_comm_init_rank(&comm, 1, &id, 0, &cfg), GS_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(gs_last_error()).find("GS_CODEC_FLOOR"), std::string::npos)
+      << gs_last_error();
+  EXPECT_EQ(comm, nullptr);
+}
+
 TEST(CodecConfig, UnknownCodecIsRejectedByName) {
   gs_unique_id_t id;
   ASSERT_EQ(gs_get_unique_id(&id), GS_OK);

@@ -19,6 +19,8 @@ struct RankOptions {
   int64_t chunkBytes = -1;
   int64_t slots = -1;
   const char* codec = nullptr;
+  const char* codecLadder = nullptr;  // codec = "auto"
+  const char* codecFloor = nullptr;
 };
 
 /// Creates nranks communicators on threads, runs body(rank, comm) on each, destroys them.
@@ -38,6 +40,8 @@ inline void runRanks(int nranks,
       cfg.chunk_bytes = opt.chunkBytes;
       cfg.slots_per_peer = opt.slots;
       cfg.codec = opt.codec;
+      cfg.codec_ladder = opt.codecLadder;
+      cfg.codec_floor = opt.codecFloor;
       gs_comm_t comm = nullptr;
       if (gs_comm_init_rank(&comm, nranks, &id, r, &cfg) != GS_OK) {
         errors[r] = gs_last_error();

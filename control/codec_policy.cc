@@ -1,0 +1,196 @@
+#include "control/codec_policy.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace gs::control {
+
+CodecPolicy::CodecPolicy(const CodecPolicyConfig& config, int64_t initialChunkBytes)
+    : config_(config) {
+  config_.rungs = std::max(1, config_.rungs);
+  decision_.chunkBytes = initialChunkBytes;
+  estimates_.resize(config_.rungs);
+  bannedUntil_.resize(config_.rungs);
+}
+
+double CodecPolicy::estimate(int rung) const {
+  return rung >= 0 && rung < config_.rungs && estimates_[rung].valid ? estimates_[rung].goodput : 0;
+}
+
+bool CodecPolicy::banned(int rung, TimePoint now) const {
+  return now < bannedUntil_[rung];
+}
+
+std::chrono::nanoseconds CodecPolicy::backoff(int failures, double windowSeconds) const {
+  const auto windows = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::duration<double>(config_.probeWindows * windowSeconds));
+  auto wait = std::max(config_.probeInterval, windows);
+  const auto most = std::max(config_.maxProbeInterval, windows);
+  for (int i = 1; i < failures && wait < most; ++i)
+    wait *= 2;
+  return std::min(wait, most);
+}
+
+bool CodecPolicy::linkBound(const LinkObservation& w) const {
+  if (w.busySeconds <= 0 || w.encodeSeconds > config_.maxEncodeShare * w.busySeconds)
+    return false;  // the encoder already takes most of the time: fewer bytes will not help
+  const bool waitsForReceiver = w.creditWaitSeconds >= config_.minCreditWaitShare * w.busySeconds;
+  const bool queueing = minRtt_ > 0 && w.rttSeconds >= config_.rttInflation * minRtt_;
+  return waitsForReceiver || queueing || w.retransmits > 0;
+}
+
+void CodecPolicy::moveTo(int rung, const char* why) {
+  if (rung == decision_.rung)
+    return;
+  decision_.rung = rung;
+  decision_.reason = why;
+}
+
+CodecDecision CodecPolicy::observe(const LinkObservation& obs) {
+  decision_.reason = nullptr;
+  if (obs.rttSeconds > 0)
+    minRtt_ = minRtt_ > 0 ? std::min(minRtt_, obs.rttSeconds) : obs.rttSeconds;
+  // Pool observations of one rung until they cover minWindow of busy time.
+  if (!windowOpen_ || window_.rung != obs.rung) {
+    window_ = obs;
+    windowOpen_ = true;
+  } else {
+    const int samples = window_.errorSamples + obs.errorSamples;
+    if (samples > 0) {
+      window_.sampledError =
+          (window_.sampledError * window_.errorSamples + obs.sampledError * obs.errorSamples) /
+          samples;
+    }
+    window_.errorSamples = samples;
+    window_.now = obs.now;
+    window_.logicalBytes += obs.logicalBytes;
+    window_.wireBytes += obs.wireBytes;
+    window_.busySeconds += obs.busySeconds;
+    window_.creditWaitSeconds += obs.creditWaitSeconds;
+    window_.encodeSeconds += obs.encodeSeconds;
+    window_.retransmits += obs.retransmits;
+    if (obs.rttSeconds > 0)
+      window_.rttSeconds = obs.rttSeconds;
+  }
+  if (window_.busySeconds < std::chrono::duration<double>(config_.minWindow).count())
+    return decision_;
+  windowOpen_ = false;
+  if (window_.logicalBytes == 0)
+    return decision_;
+  decideRung(window_);
+  decideChunk(window_);
+  return decision_;
+}
+
+void CodecPolicy::decideRung(const LinkObservation& w) {
+  const TimePoint now = w.now;
+  const int r = std::clamp(w.rung, 0, config_.rungs - 1);
+  const double g = static_cast<double>(w.logicalBytes) / w.busySeconds;
+  const double span = w.busySeconds;
+
+  // A large change at the rung in use means the link changed: the other rungs' figures are
+  // history, and probing starts over without back-off.
+  Estimate& e = estimates_[r];
+  if (e.valid && (g > e.goodput * config_.changeFactor || g * config_.changeFactor < e.goodput)) {
+    for (int k = 0; k < config_.rungs; ++k)
+      estimates_[k].valid = false;
+    downFailures_ = upFailures_ = 0;
+    nextDown_ = nextUp_ = now;
+    probing_ = false;
+  }
+  e.goodput = e.valid ? 0.5 * e.goodput + 0.5 * g : g;
+  e.valid = true;
+  e.at = now;
+
+  // Numerics guardrail: past the budget this rung and every less precise one are off limits.
+  if (w.errorSamples > 0 && w.sampledError > config_.errorBudget) {
+    for (int k = r; k < config_.rungs; ++k)
+      bannedUntil_[k] = now + config_.errorHold;
+  }
+  int cur = decision_.rung;
+  if (banned(cur, now)) {
+    while (cur > 0 && banned(cur, now))
+      --cur;
+    probing_ = false;
+    moveTo(cur, "error budget");
+    return;
+  }
+  if (r != cur)
+    return;  // measured a rung no longer chosen (a decision arrived mid-window)
+
+  if (probing_) {
+    probing_ = false;
+    const double before = estimate(probeFrom_);
+    if (cur > probeFrom_) {
+      if (g > before * config_.gainMargin) {
+        // Compression pays: keep it, go on down if the link still holds us back, and re-check
+        // the precise rungs only later.
+        downFailures_ = 0;
+        nextDown_ = now;
+        nextUp_ = now + backoff(1, span);
+        return;
+      }
+      nextDown_ = now + backoff(++downFailures_, span);
+      moveTo(probeFrom_, "less precision did not pay");
+    } else {
+      if (before > g * config_.gainMargin) {
+        nextUp_ = now + backoff(++upFailures_, span);
+        moveTo(probeFrom_, "more precision cost too much");
+        return;
+      }
+      // Precision is back at little cost: keep it, and try for more.
+      upFailures_ = 0;
+      nextUp_ = now;
+      nextDown_ = now + backoff(1, span);
+    }
+    return;
+  }
+
+  // Up. A more precise rung known to be about as fast wins outright.
+  if (cur > 0 && !banned(cur - 1, now) && known(cur - 1) &&
+      g < estimate(cur - 1) * config_.gainMargin) {
+    moveTo(cur - 1, "precision is cheap");
+    return;
+  }
+  // Probe the most precise rung with no figure first: the ladder need not be monotone (bf16
+  // can be slower than raw where the CPU, not the link, is the bottleneck).
+  if (cur > 0 && now >= nextUp_) {
+    int target = cur - 1;
+    for (int k = cur - 1; k >= 0; --k) {
+      if (!banned(k, now) && !known(k))
+        target = k;
+    }
+    if (!banned(target, now)) {
+      probing_ = true;
+      probeFrom_ = cur;
+      moveTo(target, "probe up");
+      return;
+    }
+  }
+  // Down, only while the link (not the encoder) holds the transfer back.
+  const int next = cur + 1;
+  if (next < config_.rungs && !banned(next, now)) {
+    if (known(next) && estimate(next) > g * config_.gainMargin) {
+      moveTo(next, "compression pays");
+    } else if (now >= nextDown_ && linkBound(w)) {
+      probing_ = true;
+      probeFrom_ = cur;
+      moveTo(next, "probe down");
+    }
+  }
+}
+
+void CodecPolicy::decideChunk(const LinkObservation& w) {
+  const double logicalPerSecond = static_cast<double>(w.logicalBytes) / w.busySeconds;
+  const double want = std::clamp(logicalPerSecond * config_.chunkSeconds,
+                                 static_cast<double>(config_.chunkMinBytes),
+                                 static_cast<double>(config_.chunkMaxBytes));
+  // Largest power of two not above want, but never below the minimum.
+  int64_t chunk = int64_t{1} << static_cast<int>(std::floor(std::log2(want)));
+  chunk = std::clamp(chunk, config_.chunkMinBytes, config_.chunkMaxBytes);
+  if (chunk != decision_.chunkBytes && chunk == proposedChunk_)
+    decision_.chunkBytes = chunk;
+  proposedChunk_ = chunk;
+}
+
+}  // namespace gs::control

@@ -1,0 +1,117 @@
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+namespace gs::control {
+
+/// Tuning of one link's policy. Ladder rungs are indexes 0 (most precise, usually raw) to
+/// rungs - 1 (the floor).
+struct CodecPolicyConfig {
+  int rungs = 1;
+  int64_t chunkMinBytes = 256 << 10;
+  int64_t chunkMaxBytes = 2 << 20;
+  /// Relative L2 error of sampled chunks above which a rung (and every rung below it) is
+  /// banned for errorHold.
+  double errorBudget = 0.05;
+  /// A less precise rung is kept only when it moves this many times the logical bytes per
+  /// second of the rung above it: precision is worth something, and the margin is the hysteresis
+  /// that keeps two rungs of similar speed from alternating.
+  double gainMargin = 1.25;
+  /// A change of the current rung's goodput by this factor (either way) means conditions changed:
+  /// what was measured at other rungs is forgotten and probed again.
+  double changeFactor = 1.5;
+  /// Observations are pooled until they cover this much busy time (one tiny collective says
+  /// little about a link).
+  std::chrono::nanoseconds minWindow = std::chrono::milliseconds(50);
+  /// First wait before probing again in a direction where the last probe did not pay (and
+  /// before re-checking the more precise rungs after stepping down); at least probeWindows
+  /// observation windows, so probes cost a bounded share of the time. Doubles per failed probe
+  /// up to maxProbeInterval; a change of conditions starts over.
+  std::chrono::nanoseconds probeInterval = std::chrono::milliseconds(500);
+  std::chrono::nanoseconds maxProbeInterval = std::chrono::seconds(16);
+  double probeWindows = 3;
+  std::chrono::nanoseconds errorHold = std::chrono::seconds(30);
+  /// The link is the bottleneck (worth compressing for) when ready chunks waited for the
+  /// receiver's credits at least this share of the busy time, or the transport's rtt rose to
+  /// rttInflation times its minimum; and the encoder is not (it took less than maxEncodeShare).
+  double minCreditWaitShare = 0.05;
+  double rttInflation = 2.0;
+  double maxEncodeShare = 0.5;
+  /// Chunk size: about this much wire time per chunk at the measured goodput, a power of two in
+  /// [chunkMinBytes, chunkMaxBytes]; changed only when two windows in a row ask for it.
+  double chunkSeconds = 0.002;
+};
+
+/// What the data path measured on one link since the last observation.
+struct LinkObservation {
+  std::chrono::steady_clock::time_point now;
+  int rung = 0;               // the rung the chunks used
+  uint64_t logicalBytes = 0;  // element bytes sent, before encoding
+  uint64_t wireBytes = 0;
+  double busySeconds = 0;        // time collectives ran on this link
+  double creditWaitSeconds = 0;  // ready chunks waiting for a receive slot
+  double encodeSeconds = 0;      // encoding chunks for this link
+  double rttSeconds = 0;         // transport rtt now (0: unknown)
+  uint64_t retransmits = 0;      // transport retransmissions since the last observation
+  int errorSamples = 0;          // sampled lossy chunks at `rung`
+  double sampledError = 0;       // their mean relative L2 error
+};
+
+struct CodecDecision {
+  int rung = 0;
+  int64_t chunkBytes = 0;
+  /// Why the rung changed ("probe down", "error budget", ...); nullptr when it did not.
+  const char* reason = nullptr;
+};
+
+/// The codec-rung and chunk-size controller of one link: a hill climber on measured logical
+/// goodput. It probes one rung down when the link, not the encoder, is the bottleneck; keeps the
+/// rung only when it pays by gainMargin; probes up again when conditions change (the current
+/// rung's goodput moves by changeFactor) or after a back-off; and moves up past any rung whose
+/// sampled error exceeds the budget.
+///
+/// Pure: no clock, no I/O, all time from LinkObservation::now, so tests feed synthetic
+/// sequences. Not thread-safe; one per link, used by the thread running collectives.
+class CodecPolicy {
+ public:
+  CodecPolicy(const CodecPolicyConfig& config, int64_t initialChunkBytes);
+
+  CodecDecision observe(const LinkObservation& obs);
+  const CodecDecision& current() const { return decision_; }
+  /// Logical bytes/s last measured at a rung (0: none).
+  double estimate(int rung) const;
+  bool banned(int rung, std::chrono::steady_clock::time_point now) const;
+
+ private:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  struct Estimate {
+    double goodput = 0;
+    TimePoint at{};
+    bool valid = false;
+  };
+  bool known(int rung) const { return estimates_[rung].valid; }
+  bool linkBound(const LinkObservation& window) const;
+  void moveTo(int rung, const char* why);
+  void decideRung(const LinkObservation& window);
+  void decideChunk(const LinkObservation& window);
+  std::chrono::nanoseconds backoff(int failures, double windowSeconds) const;
+
+  CodecPolicyConfig config_;
+  CodecDecision decision_;
+  std::vector<Estimate> estimates_;
+  std::vector<TimePoint> bannedUntil_;
+  LinkObservation window_{};
+  bool windowOpen_ = false;
+  double minRtt_ = 0;
+  // Probe state: a probe moves from probeFrom_ to decision_.rung and is judged on the next window.
+  bool probing_ = false;
+  int probeFrom_ = 0;
+  int downFailures_ = 0, upFailures_ = 0;
+  TimePoint nextDown_{}, nextUp_{};
+  int64_t proposedChunk_ = 0;
+};
+
+}  // namespace gs::control

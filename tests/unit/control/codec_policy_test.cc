@@ -1,0 +1,187 @@
+// The codec/chunk policy fed synthetic link measurements with an injected clock: each
+// "collective" is one observation whose goodput comes from a model of the link and encoder.
+#include "control/codec_policy.h"
+
+#include <algorithm>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace gs::control {
+namespace {
+
+using std::chrono::milliseconds;
+using TimePoint = std::chrono::steady_clock::time_point;
+
+// Ladder raw, bf16, fp8, int8, int4: wire bytes per logical byte.
+constexpr double kRatio[] = {1.0, 0.5, 0.254, 0.254, 0.129};
+
+// A link of `linkBytesPerSecond` and a pipeline whose CPU moves `cpuBytesPerSecond[rung]`
+// logical bytes per second: a collective of `bytes` takes the slower of the two.
+struct Model {
+  double linkBytesPerSecond;
+  std::vector<double> cpuBytesPerSecond;
+  double rtt = 0.0001;
+  double error = 0.01;  // sampled relative error of every lossy rung
+
+  LinkObservation collective(TimePoint now, int rung, uint64_t bytes) const {
+    const double wire = bytes * kRatio[rung];
+    const double linkTime = wire / linkBytesPerSecond;
+    const double cpuTime = bytes / cpuBytesPerSecond[rung];
+    LinkObservation o;
+    o.now = now;
+    o.rung = rung;
+    o.logicalBytes = bytes;
+    o.wireBytes = static_cast<uint64_t>(wire);
+    o.busySeconds = std::max(linkTime, cpuTime);
+    // Waiting for credits is what the link makes the sender do beyond its own work.
+    o.creditWaitSeconds = std::max(0.0, linkTime - cpuTime);
+    o.encodeSeconds = rung == 0 ? 0 : bytes / (4 * cpuBytesPerSecond[rung]);
+    o.rttSeconds = linkTime > cpuTime ? rtt * 20 : rtt;
+    if (rung > 0) {
+      o.errorSamples = 4;
+      o.sampledError = error;
+    }
+    return o;
+  }
+};
+
+struct Sim {
+  CodecPolicy policy;
+  TimePoint now{};
+  std::vector<int> rungs;  // rung used by each collective
+  double seconds = 0;
+
+  explicit Sim(CodecPolicyConfig c = config()) : policy(c, 1 << 20) {}
+  static CodecPolicyConfig config() {
+    CodecPolicyConfig c;
+    c.rungs = 5;
+    return c;
+  }
+  void run(const Model& m, int collectives, uint64_t bytes = 64 << 20) {
+    for (int i = 0; i < collectives; ++i) {
+      const int rung = policy.current().rung;
+      const LinkObservation o = m.collective(now, rung, bytes);
+      rungs.push_back(rung);
+      seconds += o.busySeconds;
+      now += std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::duration<double>(o.busySeconds));
+      policy.observe(o);
+    }
+  }
+  int last() const { return policy.current().rung; }
+};
+
+// This machine's shape: CPU-bound pipelines near 0.4 GB/s, bf16 slower than raw.
+const std::vector<double> kCpu = {0.45e9, 0.35e9, 0.45e9, 0.45e9, 0.45e9};
+
+TEST(CodecPolicy, FastIdleLinkStaysRaw) {
+  // A link far faster than every codec: the encoder is the bottleneck, nothing waits on the
+  // link, so the policy never even probes.
+  Sim sim;
+  Model m{25e9, {12e9, 8e9, 6e9, 6e9, 5e9}};
+  sim.run(m, 200);
+  EXPECT_TRUE(std::all_of(sim.rungs.begin(), sim.rungs.end(), [](int r) { return r == 0; }));
+}
+
+TEST(CodecPolicy, SlowLinkStepsDownToTheFastestRungWithinAFewCollectives) {
+  Sim sim;
+  Model m{125e6, kCpu};  // 1 Gbit/s
+  sim.run(m, 6);
+  EXPECT_GE(sim.last(), 2) << "still at rung " << sim.last() << " after 6 collectives";
+  sim.run(m, 40);
+  // int8 moves as many bytes as fp8: the margin keeps the more precise fp8.
+  EXPECT_EQ(sim.last(), 2);
+  const long atRaw = std::count(sim.rungs.begin() + 10, sim.rungs.end(), 0);
+  EXPECT_LE(atRaw, 2) << "probes back to raw should be rare";
+}
+
+TEST(CodecPolicy, CpuBoundLinkReturnsToRawAfterProbing) {
+  // The link is slower than raw's pipeline only a little: compression saves nothing, so after
+  // a probe it goes back to raw and does not probe again soon.
+  Sim sim;
+  Model m{0.5e9, kCpu};
+  sim.run(m, 60);
+  EXPECT_EQ(sim.last(), 0);
+  const long compressed =
+      std::count_if(sim.rungs.begin(), sim.rungs.end(), [](int r) { return r; });
+  EXPECT_LE(compressed, 6) << "probes must back off";
+}
+
+TEST(CodecPolicy, RateCutAndRecovery) {
+  Sim sim;
+  const Model fast{0.5e9, kCpu}, slow{62.5e6, kCpu};  // 4 Gbit/s, 0.5 Gbit/s
+  sim.run(fast, 10);
+  EXPECT_EQ(sim.last(), 0);
+  sim.rungs.clear();
+  sim.run(slow, 5);
+  EXPECT_GE(sim.last(), 2) << "no step down within 5 collectives of the cut";
+  sim.run(slow, 10);
+  EXPECT_GE(sim.last(), 2);
+  sim.rungs.clear();
+  sim.run(fast, 5);
+  EXPECT_EQ(sim.last(), 0) << "not back at raw within 5 collectives of the recovery";
+  sim.run(fast, 20);
+  EXPECT_EQ(sim.last(), 0);
+}
+
+TEST(CodecPolicy, HysteresisBetweenRungsOfSimilarSpeed) {
+  // Two rungs within the margin of each other, noisy: the rung must not alternate.
+  Sim sim;
+  Model m{125e6, {0.5e9, 0.5e9, 0.5e9, 0.5e9, 0.5e9}};
+  sim.run(m, 10);
+  sim.rungs.clear();
+  for (int i = 0; i < 200; ++i) {
+    Model noisy = m;
+    noisy.linkBytesPerSecond *= (i % 3 == 0) ? 1.15 : 0.9;
+    sim.run(noisy, 1);
+  }
+  // Settled on one rung; the rest are spaced-out probes.
+  std::vector<int> hist(5);
+  for (int r : sim.rungs)
+    ++hist[r];
+  EXPECT_GE(*std::max_element(hist.begin(), hist.end()), 180);
+}
+
+TEST(CodecPolicy, ErrorBudgetMovesUpAndStaysThere) {
+  Sim sim;
+  Model m{125e6, kCpu};
+  sim.run(m, 10);
+  ASSERT_GE(sim.last(), 2);
+  m.error = 0.2;  // over the 0.05 budget at every lossy rung
+  sim.run(m, 2);
+  EXPECT_LT(sim.last(), 2);
+  sim.run(m, 20);
+  EXPECT_EQ(sim.last(), 0) << "every lossy rung breaks the budget: only raw is left";
+  EXPECT_TRUE(sim.policy.banned(1, sim.now));
+}
+
+TEST(CodecPolicy, FloorIsNeverPassed) {
+  CodecPolicyConfig c = Sim::config();
+  c.rungs = 2;  // raw, bf16 (floor)
+  Sim sim(c);
+  sim.run(Model{10e6, kCpu}, 30);
+  EXPECT_GE(std::count(sim.rungs.begin(), sim.rungs.end(), 1), 22);  // the rest: probes up
+  EXPECT_TRUE(std::all_of(sim.rungs.begin(), sim.rungs.end(), [](int r) { return r <= 1; }));
+}
+
+TEST(CodecPolicy, SmallCollectivesArePooledIntoWindows) {
+  Sim sim;
+  Model m{125e6, kCpu};
+  // 4 KiB collectives take 33 us each: 50 ms of them before a single decision.
+  sim.run(m, 1000, 4096);
+  EXPECT_EQ(sim.last(), 0);
+  sim.run(m, 3000, 4096);
+  EXPECT_GE(sim.last(), 1);
+}
+
+TEST(CodecPolicy, ChunkSizeFollowsGoodputWithinBounds) {
+  Sim sim;
+  sim.run(Model{10e9, {12e9, 8e9, 6e9, 6e9, 5e9}}, 40);
+  EXPECT_EQ(sim.policy.current().chunkBytes, 2 << 20);  // bounded by chunkMaxBytes
+  sim.run(Model{20e6, kCpu}, 40);
+  EXPECT_EQ(sim.policy.current().chunkBytes, 256 << 10);  // bounded by chunkMinBytes
+}
+
+}  // namespace
+}  // namespace gs::control
