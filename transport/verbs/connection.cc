@@ -60,7 +60,8 @@ Connection::Connection(Device& device, int peer, std::string peerAddress, tcp::S
       peer_(peer),
       peerAddress_(std::move(peerAddress)),
       side_(std::move(side)),
-      recvIds_(kMessageDepth) {
+      recvIds_(kMessageDepth),
+      counters_(device.port().deviceName, device.port().port) {
   const size_t dataQps = static_cast<size_t>(device.config().ibQpsPerPeer);
   GS_CHECK(dataQps >= 1 && dataQps + 1 <= kMaxQpsPerConnection, Errc::kInvalidArgument,
            "verbs: GS_IB_QPS_PER_PEER=%zu outside [1, %d]", dataQps, kMaxQpsPerConnection - 1);

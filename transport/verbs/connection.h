@@ -10,6 +10,7 @@
 #include "transport/connection.h"
 #include "transport/ring.h"
 #include "transport/tcp/handshake.h"
+#include "transport/verbs/hw_counters.h"
 #include "transport/verbs/wire.h"
 
 namespace gs::transport::verbs {
@@ -53,6 +54,8 @@ class Connection final : public transport::Connection {
   PostResult postRecv(const LocalSegment& segment, WorkId id) override;
   size_t poll(std::span<Completion> out) override;
   std::string errorMessage() const override;
+  /// The port's congestion counters (ECN marks, CNPs, retransmissions) from sysfs.
+  bool linkInfo(LinkInfo* out) const override { return counters_.read(out); }
 
   // Set-up, driven by Device::connect().
   tcp::Socket& side() { return side_; }
@@ -117,6 +120,7 @@ class Connection final : public transport::Connection {
   std::string message_;
   std::string remoteDescription_;
   ibv_mtu mtu_ = IBV_MTU_1024;
+  mutable PortCounters counters_;
 };
 
 }  // namespace gs::transport::verbs

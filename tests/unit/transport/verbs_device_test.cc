@@ -106,6 +106,14 @@ TEST_F(VerbsDevice, MismatchedQpCountsAreNamed) {
     EXPECT_NE(e.find("GS_IB_QPS_PER_PEER"), std::string::npos) << e;
 }
 
+TEST_F(VerbsDevice, ConnectionsReportThePortsHardwareCounters) {
+  auto ranks = connectRanks("verbs", 2);
+  ASSERT_TRUE(ranks[0].peers[1]);
+  LinkInfo info;
+  // rxe and mlx5 both expose retransmission counters; the values are the port's totals.
+  EXPECT_TRUE(ranks[0].peers[1]->linkInfo(&info));
+}
+
 TEST_F(VerbsDevice, TcpBlobIsRejectedAsAnotherTransport) {
   auto device = std::make_unique<verbs::Device>(makeOptions(0, 2, freshFabricId(), {}));
   std::vector<uint8_t> tcpBlob(32, 0);
