@@ -135,6 +135,9 @@ void AdaptiveController::end(stream::Engine& engine,
       o.rttSeconds = info.rttSeconds;
       o.retransmits = info.retransmits >= l.retransmits ? info.retransmits - l.retransmits : 0;
       l.retransmits = info.retransmits;
+      const uint64_t marks = info.ecnMarked + info.cnpReceived;
+      o.congestionMarks = marks >= l.congestionMarks ? marks - l.congestionMarks : 0;
+      l.congestionMarks = marks;
       if (counters != nullptr) {
         counters->transportRttSeconds.store(info.rttSeconds, std::memory_order_relaxed);
         counters->transportRttVarSeconds.store(info.rttVarSeconds, std::memory_order_relaxed);

@@ -54,6 +54,7 @@ class AdaptiveController {
     CodecPolicy policy;
     monitoring::LinkSnapshot before;
     uint64_t retransmits = 0;
+    uint64_t congestionMarks = 0;  // ECN marks + CNPs last seen (port totals)
   };
   const codecs::Codec* codecOf(int rung) const { return codecs_[rung].get(); }
 

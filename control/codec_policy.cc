@@ -36,7 +36,7 @@ bool CodecPolicy::linkBound(const LinkObservation& w) const {
     return false;  // the encoder already takes most of the time: fewer bytes will not help
   const bool waitsForReceiver = w.creditWaitSeconds >= config_.minCreditWaitShare * w.busySeconds;
   const bool queueing = minRtt_ > 0 && w.rttSeconds >= config_.rttInflation * minRtt_;
-  return waitsForReceiver || queueing || w.retransmits > 0;
+  return waitsForReceiver || queueing || w.retransmits > 0 || w.congestionMarks > 0;
 }
 
 void CodecPolicy::moveTo(int rung, const char* why) {
@@ -69,6 +69,7 @@ CodecDecision CodecPolicy::observe(const LinkObservation& obs) {
     window_.creditWaitSeconds += obs.creditWaitSeconds;
     window_.encodeSeconds += obs.encodeSeconds;
     window_.retransmits += obs.retransmits;
+    window_.congestionMarks += obs.congestionMarks;
     if (obs.rttSeconds > 0)
       window_.rttSeconds = obs.rttSeconds;
   }

@@ -56,6 +56,7 @@ struct LinkObservation {
   double encodeSeconds = 0;      // encoding chunks for this link
   double rttSeconds = 0;         // transport rtt now (0: unknown)
   uint64_t retransmits = 0;      // transport retransmissions since the last observation
+  uint64_t congestionMarks = 0;  // RoCE ECN-marked packets + CNPs since the last observation
   int errorSamples = 0;          // sampled lossy chunks at `rung`
   double sampledError = 0;       // their mean relative L2 error
 };

@@ -96,6 +96,30 @@ TEST(CodecPolicy, SlowLinkStepsDownToTheFastestRungWithinAFewCollectives) {
   EXPECT_LE(atRaw, 2) << "probes back to raw should be rare";
 }
 
+// RoCE with DCQCN: the NIC paces itself on CNPs, so neither credit waits nor an rtt show the
+// congestion; the ECN marks and CNPs of the port's counters do.
+TEST(CodecPolicy, RoceCongestionMarksAloneMakeTheLinkCountAsTheBottleneck) {
+  for (const bool marked : {false, true}) {
+    Sim sim;
+    Model m{125e6, kCpu};
+    for (int i = 0; i < 20; ++i) {
+      const int rung = sim.policy.current().rung;
+      LinkObservation o = m.collective(sim.now, rung, 64 << 20);
+      o.creditWaitSeconds = 0;
+      o.rttSeconds = 0;
+      o.congestionMarks = marked ? 1000 : 0;
+      sim.rungs.push_back(rung);
+      sim.now += std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::duration<double>(o.busySeconds));
+      sim.policy.observe(o);
+    }
+    if (marked)
+      EXPECT_GE(sim.last(), 2) << "congestion marks did not make the policy compress";
+    else
+      EXPECT_EQ(sim.last(), 0) << "nothing said the link was the bottleneck";
+  }
+}
+
 TEST(CodecPolicy, CpuBoundLinkReturnsToRawAfterProbing) {
   // The link is slower than raw's pipeline only a little: compression saves nothing, so after
   // a probe it goes back to raw and does not probe again soon.
