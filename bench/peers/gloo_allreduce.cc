@@ -128,8 +128,10 @@ int benchMain(int argc, char** argv) {
     return 2;
   }
 
-  // Bind to 127.0.0.1 explicitly: all traffic stays on loopback.
-  gloo::transport::tcp::attr attr("127.0.0.1");
+  // Bind to 127.0.0.1 explicitly (all traffic stays on loopback) unless GLOO_BIND names the
+  // address of a network namespace the benchmark created (bench/codec_link.sh).
+  const char* bind = std::getenv("GLOO_BIND");
+  gloo::transport::tcp::attr attr(bind != nullptr && *bind != '\0' ? bind : "127.0.0.1");
   attr.ai_family = AF_INET;
   auto dev = gloo::transport::tcp::CreateDevice(attr);
   gloo::rendezvous::FileStore fileStore(o.store);
