@@ -79,7 +79,9 @@ class Device final : public transport::Device {
   boost::asio::io_context io_;
   std::unique_ptr<tcp::Listener> listener_;
   int eventFd_ = -1;
-  std::mutex connectionsMutex_;
+  // Recursive: a flushed work completion drained inside waitForActivity() reads the async
+  // events (which take it again) to say why.
+  std::recursive_mutex connectionsMutex_;
   std::vector<Connection*> connections_;
   std::vector<pollfd> pollFds_;  // reused by waitForActivity
   std::map<int, Passive> passive_;
