@@ -146,7 +146,7 @@ struct Engine::Run {
       transport::LocalSegment segs[2];
       size_t nsegs = 1;
       uint32_t wireBytes = 0;
-      const bool encode = op.forwardLink < 0 && codec != nullptr && op.count > 0;
+      const bool encode = op.forwardLink < 0 && codec != nullptr && op.count > 0 && !op.raw;
       if (encode) {
         // Header, metadata and payload contiguous in this slot's staging: one segment.
         uint8_t* out = link.encodeStaging(slot);
@@ -238,7 +238,7 @@ struct Engine::Run {
     if (lr.counters != nullptr)
       lr.counters->onChunkCompleted(nowNs() - op.postedNs);
     if (op.forwardLink >= 0)
-      links[op.forwardLink].queues->recvs[op.forwardIndex].forwardDone = true;
+      ++links[op.forwardLink].queues->recvs[op.forwardIndex].forwardsDone;
     while (lr.completed < lr.posted && lr.sendDone[lr.completed])
       ++lr.completed;
   }
@@ -261,7 +261,8 @@ struct Engine::Run {
                                op.operand, op.dst, op.incomingFirst);
         break;
       case RecvAction::kReduceToSlot: {
-        if (codec == nullptr && h.codec == static_cast<uint8_t>(codecs::CodecId::kRaw)) {
+        const codecs::Codec* out = op.raw ? nullptr : codec;
+        if (out == nullptr && h.codec == static_cast<uint8_t>(codecs::CodecId::kRaw)) {
           // Raw in, raw out: reduce in the slot itself (decodeReduce allows dst == its input).
           why = dec.decodeReduce(args.dtype, args.op, payload, h.metaBytes, h.payloadBytes,
                                  op.count, op.operand, payload, false);
@@ -271,8 +272,8 @@ struct Engine::Run {
         why = dec.decodeReduce(args.dtype, args.op, payload, h.metaBytes, h.payloadBytes, op.count,
                                op.operand, scratch, false);
         if (why == nullptr) {
-          if (codec == nullptr) {
-            // Raw collective receiving a compressed chunk: forward the sum raw.
+          if (out == nullptr) {
+            // Raw collective (or raw step) receiving a compressed chunk: forward the sum raw.
             memcpy(payload, scratch, op.count * elementSize);
             op.slotCodec = static_cast<uint8_t>(codecs::CodecId::kRaw);
             op.slotMetaBytes = 0;
@@ -406,7 +407,7 @@ struct Engine::Run {
     bool progress = false;
     while (lr.releasedHere < lr.processed) {
       const RecvOp& op = lr.queues->recvs[lr.releasedHere];
-      if (op.forwarded && !op.forwardDone)
+      if (op.forwardsDone < op.forwarded)
         break;
       link.slotInUse[link.slotOf(lr.recvBase + lr.releasedHere)] = 0;
       ++lr.releasedHere;
@@ -632,7 +633,8 @@ Engine::Engine(int rank,
       device_(device),
       links_(std::move(linksByPeer)),
       config_(config),
-      abortFlag_(abortFlag) {
+      abortFlag_(abortFlag),
+      topology_(Topology::blocks(nranks, nranks)) {
   for (int id = 0; id < codecs::kNumCodecIds; ++id) {
     codecs::CodecSpec spec;
     spec.id = static_cast<codecs::CodecId>(id);
@@ -653,7 +655,8 @@ struct Engine::Prepared {
 
   bool matches(const CollectiveArgs& a) const {
     return a.kind == key.kind && a.send == key.send && a.recv == key.recv && a.count == key.count &&
-           a.dtype == key.dtype && a.op == key.op && a.root == key.root && a.codec == key.codec;
+           a.dtype == key.dtype && a.op == key.op && a.root == key.root && a.codec == key.codec &&
+           a.algorithm == key.algorithm;
   }
 };
 
@@ -675,12 +678,17 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
   // (Raw only: with a lossy codec each rank would reduce its own exact value with the peer's
   // decoded one, and replicas would differ.)
   const bool latencyBound = args.codec == nullptr && args.count * esize <= kLatencyBoundBytes;
-  p->schedule = buildSchedule(args.kind, rank_, nranks_, args.root, args.count, latencyBound);
-  p->algorithm =
-      args.kind == CollectiveKind::kBroadcast
-          ? "chain"
-          : (args.kind == CollectiveKind::kAllReduce && latencyBound && nranks_ == 2 ? "exchange"
-                                                                                     : "ring");
+  if (args.kind == CollectiveKind::kAllReduce) {
+    GS_CHECK(args.residual == nullptr || args.algorithm == Algorithm::kRing, Errc::kInvalidArgument,
+             "error feedback needs the ring allreduce, not %s", algorithmName(args.algorithm));
+    p->schedule = buildAllReduce(args.algorithm, rank_, topology_, args.count, latencyBound);
+    p->algorithm = args.algorithm == Algorithm::kRing && latencyBound && nranks_ == 2
+                       ? "exchange"
+                       : algorithmName(args.algorithm);
+  } else {
+    p->schedule = buildSchedule(args.kind, rank_, nranks_, args.root, args.count, latencyBound);
+    p->algorithm = args.kind == CollectiveKind::kBroadcast ? "chain" : "ring";
+  }
   const auto* send = static_cast<const uint8_t*>(args.send);
   auto* recv = static_cast<uint8_t*>(args.recv);
   if (!p->schedule.steps.empty()) {
@@ -749,8 +757,10 @@ void Engine::run(const CollectiveArgs& args) {
     lr.posted = lr.completed = lr.processed = lr.releasedHere = 0;
     lr.creditBlockedSinceNs = lr.logicalBytesSent = 0;
     std::fill(lr.sendDone.begin(), lr.sendDone.end(), 0);
-    for (RecvOp& op : lr.queues->recvs)
-      op.processed = op.forwardDone = false;
+    for (RecvOp& op : lr.queues->recvs) {
+      op.processed = false;
+      op.forwardsDone = 0;
+    }
   }
   Run run(*this, args, id, p.plan, p.links);
   const uint64_t startNs = nowNs();

@@ -34,6 +34,9 @@ struct CollectiveArgs {
   /// ring allreduce (its step-0 block, its hop re-encodes, its own block in the allgather);
   /// the engine stores there what that encoding lost. The caller adds it back next time.
   void* residual = nullptr;
+  /// Allreduce schedule (other kinds always run ring / chain). Error feedback (residual) needs
+  /// kRing: its accounting assumes each element is encoded once by this rank, as the ring does.
+  Algorithm algorithm = Algorithm::kRing;
 };
 
 /// Figures of the last collective (for tools and, later, metrics).
@@ -78,12 +81,16 @@ class Engine {
   void farewell(Deadline deadline) noexcept;
 
   const CollectiveStats& lastStats() const { return stats_; }
-  /// Schedule family of the last collective: "ring", "exchange" or "chain".
+  /// Schedule family of the last collective: an algorithmName(), "exchange" or "chain".
   const char* lastAlgorithm() const { return lastAlgorithm_; }
 
   /// Idle polling rounds before blocking in the transport. Spinning saves a wake-up per message
   /// but steals the CPU the kernel's TCP copies need when ranks outnumber cores.
   void setSpinRounds(int rounds) { spinRounds_ = rounds; }
+
+  /// Hosts of the ranks (hierarchical allreduce). Default: every rank on one host. Set before
+  /// the first collective; must match on every rank.
+  void setTopology(Topology topology) { topology_ = std::move(topology); }
 
   /// Per-peer counters the data path updates (relaxed atomics; set up before the first
   /// collective; entries may be null).
@@ -124,6 +131,7 @@ class Engine {
   }
   std::vector<monitoring::LinkCounters*> counters_;
   const char* lastAlgorithm_ = "ring";
+  Topology topology_;
   int spinRounds_ = 8;
   const codecs::Codec& decoder(uint8_t id) const { return *decoders_[id]; }
 };
