@@ -112,6 +112,12 @@ gs::Config makeConfig(const gs_config_t* c) {
       cfg.slotsPerPeer = c->slots_per_peer;
     if (GS_FIELD(sockets_per_peer) && c->sockets_per_peer >= 0)
       cfg.socketsPerPeer = c->sockets_per_peer;
+    if (GS_FIELD(algo) && c->algo)
+      cfg.algo = c->algo;
+    if (GS_FIELD(hostname) && c->hostname)
+      cfg.hostname = c->hostname;
+    if (GS_FIELD(shm) && c->shm >= 0)
+      cfg.shm = c->shm != 0;
 #undef GS_FIELD
   }
   cfg.applyEnvironment();
@@ -245,6 +251,9 @@ gs_status_t gs_config_init(gs_config_t* config) {
     config->metrics_address = nullptr;
     config->slots_per_peer = -1;
     config->sockets_per_peer = -1;
+    config->algo = nullptr;
+    config->hostname = nullptr;
+    config->shm = -1;
   });
 }
 
@@ -374,6 +383,7 @@ gs_status_t gs_comm_stats(gs_comm_t comm, gs_comm_stats_t* out_stats) {
     v.last_algbw = st.lastAlgbw;
     v.last_busbw = st.lastBusbw;
     snprintf(v.metrics_address, sizeof(v.metrics_address), "%s", st.metricsAddress.c_str());
+    snprintf(v.last_algorithm, sizeof(v.last_algorithm), "%s", st.lastAlgorithm.c_str());
     // Versioned copy: only what the caller's struct has room for.
     memcpy(out_stats, &v, v.struct_size);
   });

@@ -79,7 +79,8 @@ const std::vector<Entry>& table() {
         "wire codec: raw, fp16, bf16, fp8e4m3, fp8e5m2, int8, int4, topk:<fraction>; "
         "options ,sr (stochastic rounding) ,block=N"},
        [](Config& c, const std::string& v) { c.codec = v; }},
-      {{"GS_METRICS_ADDR", "", "Prometheus exporter host:port; each local rank adds its local rank to the port"},
+      {{"GS_METRICS_ADDR", "",
+        "Prometheus exporter host:port; each local rank adds its local rank to the port"},
        [](Config& c, const std::string& v) { c.metricsAddress = v; }},
       {{"GS_SOCKET_IFNAME", "", "network interface for rendezvous and tcp; unset: loopback only"},
        [](Config& c, const std::string& v) { c.socketIfname = v; }},
@@ -171,6 +172,10 @@ void Config::validate() const {
   GS_CHECK(chunkMinBytes <= chunkMaxBytes, Errc::kInvalidArgument,
            "chunk_min_bytes %lld exceeds chunk_max_bytes %lld",
            static_cast<long long>(chunkMinBytes), static_cast<long long>(chunkMaxBytes));
+  GS_CHECK(algo == "auto" || algo == "ring" || algo == "tree" || algo == "halving_doubling" ||
+               algo == "hierarchical",
+           Errc::kInvalidArgument,
+           "algo '%s' is unknown (auto, ring, tree, halving_doubling, hierarchical)", algo.c_str());
   // codec is validated where codecs are known (codecs::CodecSpec::parse, at communicator set-up).
 }
 

@@ -470,7 +470,7 @@ struct Engine::Run {
           }
         }
       }
-      engine.device_.waitForActivity(std::chrono::microseconds(2000));
+      engine.waitForActivity(std::chrono::microseconds(2000));
     }
     return false;
   }
@@ -478,32 +478,42 @@ struct Engine::Run {
   bool pollLink(size_t li) {
     Link& link = *links[li].link;
     bool progress = false;
+    if (!link.earlyCompletions.empty()) {
+      // Arrived while the link was being set up (see Link::earlyCompletions).
+      std::vector<Completion> early;
+      early.swap(link.earlyCompletions);
+      for (const Completion& c : early)
+        onCompletion(li, c);
+      progress = true;
+    }
     for (;;) {
       const size_t n = link.connection().poll(completions);
-      for (size_t i = 0; i < n; ++i) {
-        const Completion& c = completions[i];
-        switch (c.kind) {
-          case CompletionKind::kError:
-            connectionFailed(li);
-          case CompletionKind::kWrite:
-            if (c.status != Errc::kOk)
-              connectionFailed(li);
-            if (workKind(c.id) == WorkKind::kData)
-              onSendComplete(workLink(c.id), workIndex(c.id));
-            break;
-          case CompletionKind::kRemoteWrite:
-            onRemoteWrite(li, c);
-            break;
-          case CompletionKind::kSend:
-          case CompletionKind::kRecv:
-            break;  // not used by the chunk protocol
-        }
-      }
+      for (size_t i = 0; i < n; ++i)
+        onCompletion(li, completions[i]);
       progress |= n > 0;
       if (n < completions.size())
         break;
     }
     return progress;
+  }
+
+  void onCompletion(size_t li, const Completion& c) {
+    switch (c.kind) {
+      case CompletionKind::kError:
+        connectionFailed(li);
+      case CompletionKind::kWrite:
+        if (c.status != Errc::kOk)
+          connectionFailed(li);
+        if (workKind(c.id) == WorkKind::kData)
+          onSendComplete(workLink(c.id), workIndex(c.id));
+        break;
+      case CompletionKind::kRemoteWrite:
+        onRemoteWrite(li, c);
+        break;
+      case CompletionKind::kSend:
+      case CompletionKind::kRecv:
+        break;  // not used by the chunk protocol
+    }
   }
 
   void onRemoteWrite(size_t li, const Completion& c) {
@@ -616,7 +626,7 @@ struct Engine::Run {
       if (++idle > engine.spinRounds_) {
         auto left =
             std::chrono::duration_cast<std::chrono::microseconds>(timeout - (now - lastProgress));
-        engine.device_.waitForActivity(std::min(left, std::chrono::microseconds(2000)));
+        engine.waitForActivity(std::min(left, std::chrono::microseconds(2000)));
       }
     }
   }
@@ -635,6 +645,12 @@ Engine::Engine(int rank,
       config_(config),
       abortFlag_(abortFlag),
       topology_(Topology::blocks(nranks, nranks)) {
+  devices_.push_back(&device_);
+  for (Link* link : links_) {
+    if (link != nullptr &&
+        std::find(devices_.begin(), devices_.end(), &link->device()) == devices_.end())
+      devices_.push_back(&link->device());
+  }
   for (int id = 0; id < codecs::kNumCodecIds; ++id) {
     codecs::CodecSpec spec;
     spec.id = static_cast<codecs::CodecId>(id);
@@ -648,6 +664,7 @@ struct Engine::Prepared {
   CollectiveArgs key;
   Schedule schedule;
   std::unique_ptr<transport::MemoryRegion> sendRegion, recvRegion;
+  std::vector<std::unique_ptr<transport::MemoryRegion>> otherRegions;  // see registerOnLinkDevices
   Plan plan;
   std::vector<Run::LinkRun> links;
   uint64_t lastUse = 0;
@@ -711,7 +728,7 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
       GS_CHECK(link != nullptr && link->connected(), Errc::kInternal,
                "no connection to rank %d for %s", q.peer, collectiveName(args.kind));
       if (args.codec != nullptr)
-        link->ensureEncodeStaging(device_);
+        link->ensureEncodeStaging();
       Run::LinkRun lr;
       lr.link = link;
       lr.queues = &q;
@@ -720,6 +737,7 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
         lr.counters = counters_[q.peer];
       p->links.push_back(std::move(lr));
     }
+    registerOnLinkDevices(*p);
   }
   p->lastUse = ++useClock_;
   if (prepared_.size() >= kPreparedCapacity) {
@@ -783,6 +801,46 @@ void Engine::run(const CollectiveArgs& args) {
     lr.link->recvSequence += lr.queues->recvs.size();
 }
 
+// Links served by another device than the primary one (shm peers next to tcp ones) send from
+// the user's buffers registered with their own device.
+void Engine::registerOnLinkDevices(Prepared& p) {
+  for (transport::Device* device : devices_) {
+    if (device == &device_)
+      continue;
+    std::unique_ptr<transport::MemoryRegion> send, recv;
+    for (auto& lr : p.links) {
+      if (&lr.link->device() != device)
+        continue;
+      if (!send && p.sendRegion)
+        send = device->registerMemory(p.sendRegion->data(), p.sendRegion->size());
+      if (!recv && p.recvRegion)
+        recv = device->registerMemory(p.recvRegion->data(), p.recvRegion->size());
+      for (SendOp& op : lr.queues->sends) {
+        if (op.region == p.sendRegion.get())
+          op.region = send.get();
+        else if (op.region == p.recvRegion.get())
+          op.region = recv.get();
+      }
+    }
+    if (send)
+      p.otherRegions.push_back(std::move(send));
+    if (recv)
+      p.otherRegions.push_back(std::move(recv));
+  }
+}
+
+void Engine::waitForActivity(std::chrono::microseconds maxWait) {
+  if (devices_.size() == 1) {
+    device_.waitForActivity(maxWait);
+    return;
+  }
+  // Several devices: none can wake a wait on another, so each waits a short slice in turn.
+  const auto slice =
+      std::min(maxWait / static_cast<int>(devices_.size()), std::chrono::microseconds(50));
+  for (transport::Device* device : devices_)
+    device->waitForActivity(slice);
+}
+
 void Engine::notifyPeers(int originRank) noexcept {
   if (notified_)
     return;
@@ -808,7 +866,7 @@ void Engine::notifyPeers(int originRank) noexcept {
             (sink[i].kind == CompletionKind::kWrite && workKind(sink[i].id) == WorkKind::kAbort);
       }
       if (n == 0)
-        device_.waitForActivity(std::chrono::microseconds(1000));
+        waitForActivity(std::chrono::microseconds(1000));
     }
   }
 }
@@ -850,7 +908,7 @@ void Engine::farewell(Deadline deadline) noexcept {
       }
     }
     if (!any && !waiting.empty()) {
-      device_.waitForActivity(
+      waitForActivity(
           std::min(std::chrono::duration_cast<std::chrono::microseconds>(deadline.remaining()),
                    std::chrono::microseconds(5000)));
     }

@@ -103,9 +103,12 @@ class Engine {
   struct Run;
   struct Prepared;
   Prepared& prepare(const CollectiveArgs& args);
+  void registerOnLinkDevices(Prepared& p);
+  void waitForActivity(std::chrono::microseconds maxWait);
   int rank_;
   int nranks_;
   transport::Device& device_;
+  std::vector<transport::Device*> devices_;  // device_ first, then the links' other devices
   std::vector<Link*> links_;
   Config config_;
   const std::atomic<bool>& abortFlag_;

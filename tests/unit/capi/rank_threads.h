@@ -19,6 +19,8 @@ struct RankOptions {
   int64_t chunkBytes = -1;
   int64_t slots = -1;
   const char* codec = nullptr;
+  const char* algo = nullptr;  // GS_ALGO
+  int perHost = 0;             // > 0: ranks get host names "host<rank / perHost>"
 };
 
 /// Creates nranks communicators on threads, runs body(rank, comm) on each, destroys them.
@@ -38,6 +40,10 @@ inline void runRanks(int nranks,
       cfg.chunk_bytes = opt.chunkBytes;
       cfg.slots_per_peer = opt.slots;
       cfg.codec = opt.codec;
+      cfg.algo = opt.algo;
+      const std::string host = "host" + std::to_string(opt.perHost > 0 ? r / opt.perHost : 0);
+      if (opt.perHost > 0)
+        cfg.hostname = host.c_str();
       gs_comm_t comm = nullptr;
       if (gs_comm_init_rank(&comm, nranks, &id, r, &cfg) != GS_OK) {
         errors[r] = gs_last_error();
