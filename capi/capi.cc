@@ -122,6 +122,12 @@ gs::Config makeConfig(const gs_config_t* c) {
       cfg.chunkMaxBytes = c->chunk_max_bytes;
     if (GS_FIELD(error_budget) && c->error_budget >= 0)
       cfg.errorBudget = c->error_budget;
+    if (GS_FIELD(algo) && c->algo)
+      cfg.algo = c->algo;
+    if (GS_FIELD(hostname) && c->hostname)
+      cfg.hostname = c->hostname;
+    if (GS_FIELD(shm) && c->shm >= 0)
+      cfg.shm = c->shm != 0;
 #undef GS_FIELD
   }
   cfg.applyEnvironment();
@@ -260,6 +266,9 @@ gs_status_t gs_config_init(gs_config_t* config) {
     config->chunk_min_bytes = -1;
     config->chunk_max_bytes = -1;
     config->error_budget = -1;
+    config->algo = nullptr;
+    config->hostname = nullptr;
+    config->shm = -1;
   });
 }
 
@@ -389,6 +398,7 @@ gs_status_t gs_comm_stats(gs_comm_t comm, gs_comm_stats_t* out_stats) {
     v.last_algbw = st.lastAlgbw;
     v.last_busbw = st.lastBusbw;
     snprintf(v.metrics_address, sizeof(v.metrics_address), "%s", st.metricsAddress.c_str());
+    snprintf(v.last_algorithm, sizeof(v.last_algorithm), "%s", st.lastAlgorithm.c_str());
     // Versioned copy: only what the caller's struct has room for.
     memcpy(out_stats, &v, v.struct_size);
   });

@@ -177,6 +177,10 @@ void Config::validate() const {
            static_cast<long long>(chunkMaxBytes));
   GS_CHECK(errorBudget >= 0 && errorBudget <= 1, Errc::kInvalidArgument,
            "error_budget %g is out of range [0, 1]", errorBudget);
+  GS_CHECK(algo == "auto" || algo == "ring" || algo == "tree" || algo == "halving_doubling" ||
+               algo == "hierarchical",
+           Errc::kInvalidArgument,
+           "algo '%s' is unknown (auto, ring, tree, halving_doubling, hierarchical)", algo.c_str());
   // codec is validated where codecs are known (codecs::CodecSpec::parse, at communicator set-up).
 }
 

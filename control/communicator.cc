@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "control/bootstrap.h"
 #include "control/net.h"
+#include "control/peer_links.h"
 
 namespace gs::control {
 namespace {
@@ -173,28 +174,17 @@ void Communicator::connect(const UniqueId& id) {
   options.config = config_;
   device_ = transport::createDevice(transportName_, options);
 
-  // The ring schedules talk to the two ring neighbours only.
-  std::set<int> neighbours;
-  if (nranks_ > 1) {
-    neighbours.insert((rank_ + 1) % nranks_);
-    neighbours.insert((rank_ + nranks_ - 1) % nranks_);
-  }
   stream::SlotLayout layout;
   layout.slots = static_cast<size_t>(config_.slotsPerPeer);
   layout.chunkBytes = static_cast<size_t>(config_.chunkBytes);
-  links_.resize(nranks_);
   PeerInfo mine;
-  mine.hostname = hostName();
+  mine.hostname = config_.hostname.empty() ? hostName() : config_.hostname;
   mine.pid = static_cast<int32_t>(getpid());
   mine.transport = transportName_;
   mine.chunkBytes = config_.chunkBytes;
   mine.slots = config_.slotsPerPeer;
   mine.codec = config_.codec;
   mine.address = device_->address();
-  for (int p : neighbours) {
-    links_[p] = std::make_unique<stream::Link>(p, *device_, layout);
-    mine.slotKeys.emplace_back(p, links_[p]->recvSlotsKey());
-  }
 
   // The rendezvous server owns the timeout (it names the ranks that never arrived); wait a
   // little longer than it so its verdict, not our own deadline, is what the caller sees.
@@ -203,17 +193,36 @@ void Communicator::connect(const UniqueId& id) {
   GS_CHECK(records.size() == static_cast<size_t>(nranks_), Errc::kRemote,
            "rendezvous returned %zu records for %d ranks", records.size(), nranks_);
   std::vector<PeerInfo> infos(nranks_);
+  std::vector<std::string> hostnames(nranks_);
   for (int r = 0; r < nranks_; ++r) {
     infos[r] = PeerInfo::parse(records[r], r);
     checkCompatible(mine, infos[r], rank_, r);
+    hostnames[r] = infos[r].hostname;
   }
-  for (int p : neighbours) {
-    auto it = std::find_if(infos[p].slotKeys.begin(), infos[p].slotKeys.end(),
-                           [&](const auto& e) { return e.first == rank_; });
-    GS_CHECK(it != infos[p].slotKeys.end(), Errc::kRemote,
-             "rank %d has no receive slots for rank %d", p, rank_);
-    links_[p]->attach(device_->connect(p, infos[p].address, deadline), it->second);
+  // Peers are known only now (the hierarchical schedule's depend on the hosts): links are made
+  // after the rendezvous and swap their slot keys over their own connections.
+  topology_ = stream::Topology::fromHostNames(hostnames);
+  algorithms_ = allowedAlgorithms(config_.algo, topology_);
+  if (config_.algo == "hierarchical" && !topology_.uniform()) {
+    GS_LOG_WARN(
+        "GS_ALGO=hierarchical needs the same number of ranks on every host (%d ranks, "
+        "%d hosts): using ring",
+        nranks_, topology_.hosts());
+    algorithms_ = {stream::Algorithm::kRing};
   }
+  const std::set<int> neighbours = schedulePeers(rank_, topology_, algorithms_);
+  std::vector<PeerEndpoint> endpoints;
+  for (int p : neighbours)
+    endpoints.push_back({p, device_.get(), infos[p].address});
+  links_ = connectPeerLinks(nranks_, endpoints, layout, deadline);
+  costModel_.intraHost = stream::CostModel::measured(transportName_);
+  costModel_.interHost = stream::CostModel::measured(transportName_);
+  costModel_.chunkBytes = static_cast<double>(config_.chunkBytes);
+  // Wire bytes per logical byte of a full fp32 chunk (an upper bound for top-k).
+  costModel_.codecRatio =
+      codec_ ? static_cast<double>(codec_->maxEncodedBytes(DataType::kFloat32, 1 << 18)) /
+                   static_cast<double>(1 << 20)
+             : 1.0;
   // Ranks on one host (same hostname) get consecutive local ranks: the metrics port offset.
   int localRank = 0;
   for (int r = 0; r < rank_; ++r)
@@ -236,6 +245,7 @@ void Communicator::connect(const UniqueId& id) {
     raw[p] = links_[p].get();
   engine_ = std::make_unique<stream::Engine>(rank_, nranks_, *device_, raw, config_, aborted_);
   engine_->setLinkCounters(std::move(counters));
+  engine_->setTopology(topology_);
   if (isAutoCodec(config_.codec)) {
     controller_ = std::make_unique<AdaptiveController>(
         config_, std::vector<int>(neighbours.begin(), neighbours.end()));
@@ -254,10 +264,12 @@ void Communicator::connect(const UniqueId& id) {
     GS_LOG_INFO("rank %d serves Prometheus metrics at http://%s/metrics", rank_,
                 metrics_->exporterAddress().c_str());
   }
-  GS_LOG_INFO("communicator ready: rank %d of %d, transport %s on %s, chunk %lld B x %lld slots",
-              rank_, nranks_, transportName_.c_str(), options.bindAddress.c_str(),
-              static_cast<long long>(config_.chunkBytes),
-              static_cast<long long>(config_.slotsPerPeer));
+  GS_LOG_INFO(
+      "communicator ready: rank %d of %d on host %d of %d, transport %s on %s, %zu peers, "
+      "chunk %lld B x %lld slots, GS_ALGO=%s",
+      rank_, nranks_, topology_.hostOf[rank_], topology_.hosts(), transportName_.c_str(),
+      options.bindAddress.c_str(), neighbours.size(), static_cast<long long>(config_.chunkBytes),
+      static_cast<long long>(config_.slotsPerPeer), config_.algo.c_str());
 }
 
 Communicator::~Communicator() {
@@ -299,6 +311,8 @@ void Communicator::execute(const stream::CollectiveArgs& args) {
                          codecs::residualElementSize(args.dtype) > 0;
     if (withCodec.adaptive)
       controller_->begin(*metrics_);
+    if (args.kind == stream::CollectiveKind::kAllReduce)
+      withCodec.algorithm = chooseAlgorithm(withCodec);
     metrics_->beginCollective();
     const auto start = Clock::now();
     engine_->run(withCodec);
@@ -316,6 +330,31 @@ void Communicator::execute(const stream::CollectiveArgs& args) {
       failure_ = e;
     throw;
   }
+}
+
+stream::Algorithm Communicator::chooseAlgorithm(const stream::CollectiveArgs& args) {
+  // Error feedback's accounting is the ring's (see CollectiveArgs::residual).
+  if (args.residual != nullptr || algorithms_.size() == 1)
+    return args.residual != nullptr ? stream::Algorithm::kRing : algorithms_.front();
+  stream::CostModel model = costModel_;
+  if (args.codec == nullptr)
+    model.codecRatio = 1.0;
+  const double bytes = static_cast<double>(args.count * elementSize(args.dtype));
+  stream::Algorithm best = stream::Algorithm::kRing;
+  double bestTime = 0;
+  for (stream::Algorithm a : algorithms_) {
+    const double t = stream::predictAllReduceSeconds(a, topology_, bytes, model);
+    if (a == algorithms_.front() || t < bestTime) {
+      best = a;
+      bestTime = t;
+    }
+  }
+  if (best != lastChoice_) {
+    GS_LOG_INFO("allreduce of %.0f bytes on %d ranks (%d hosts): algorithm %s (predicted %.1f us)",
+                bytes, nranks_, topology_.hosts(), stream::algorithmName(best), bestTime * 1e6);
+    lastChoice_ = best;
+  }
+  return best;
 }
 
 // nccl-tests conventions: size is the larger buffer; busbw scales algbw by the data each link
@@ -343,6 +382,7 @@ void Communicator::recordCollective(const stream::CollectiveArgs& args, double s
   lastSeconds_ = seconds;
   lastAlgbw_ = algbw;
   lastBusbw_ = algbw * factor;
+  lastAlgorithmName_ = engine_->lastAlgorithm();
 }
 
 Communicator::Stats Communicator::stats() const {
@@ -353,6 +393,7 @@ Communicator::Stats Communicator::stats() const {
   out.lastSeconds = lastSeconds_;
   out.lastAlgbw = lastAlgbw_;
   out.lastBusbw = lastBusbw_;
+  out.lastAlgorithm = lastAlgorithmName_;
   return out;
 }
 

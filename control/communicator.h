@@ -16,6 +16,7 @@
 #include "control/adaptive_controller.h"
 #include "control/unique_id.h"
 #include "monitoring/metrics.h"
+#include "stream/cost_model.h"
 #include "stream/engine.h"
 #include "stream/link.h"
 #include "transport/device.h"
@@ -45,7 +46,8 @@ class Request {
   std::string message_;
 };
 
-/// One rank's membership in a communicator: the transport device, a link per ring neighbour,
+/// One rank's membership in a communicator: the transport device, a link per peer its schedules
+/// exchange chunks with (ring neighbours, tree / halving-doubling / hierarchical partners),
 /// the engine, and a progress thread for non-blocking calls (started on first use).
 ///
 /// Collectives on one communicator run one at a time in issue order; blocking calls from
@@ -82,6 +84,7 @@ class Communicator {
     monitoring::Snapshot snapshot;
     double lastSeconds = 0, lastAlgbw = 0, lastBusbw = 0;
     std::string metricsAddress;
+    std::string lastAlgorithm;  // "" before the first collective
   };
   Stats stats() const;
 
@@ -92,11 +95,16 @@ class Communicator {
   void progressLoop();
   void checkUsable() const;
   void recordCollective(const stream::CollectiveArgs& args, double seconds);
+  stream::Algorithm chooseAlgorithm(const stream::CollectiveArgs& args);  // holds execMutex_
 
   int nranks_;
   int rank_;
   Config config_;
   std::string transportName_;
+  stream::Topology topology_;
+  std::vector<stream::Algorithm> algorithms_;  // what GS_ALGO allows, see allowedAlgorithms
+  stream::CostModel costModel_;
+  stream::Algorithm lastChoice_ = stream::Algorithm::kRing;
   // Declared in acquisition order: links and engine go before the device they use, the engine
   // before the metrics it updates.
   std::unique_ptr<transport::Device> device_;
@@ -111,6 +119,7 @@ class Communicator {
   mutable std::mutex stateMutex_;
   std::optional<Error> failure_;
   double lastSeconds_ = 0, lastAlgbw_ = 0, lastBusbw_ = 0;  // guarded by stateMutex_
+  std::string lastAlgorithmName_;                           // guarded by stateMutex_
 
   std::mutex queueMutex_;
   std::condition_variable queueCv_;

@@ -148,7 +148,7 @@ struct Engine::Run {
       size_t nsegs = 1;
       uint32_t wireBytes = 0;
       const codecs::Codec* codec = codecOn(li);
-      const bool encode = op.forwardLink < 0 && codec != nullptr && op.count > 0;
+      const bool encode = op.forwardLink < 0 && codec != nullptr && op.count > 0 && !op.raw;
       if (encode) {
         // Header, metadata and payload contiguous in this slot's staging: one segment.
         uint8_t* out = link.encodeStaging(slot);
@@ -246,7 +246,7 @@ struct Engine::Run {
     if (lr.counters != nullptr)
       lr.counters->onChunkCompleted(nowNs() - op.postedNs);
     if (op.forwardLink >= 0)
-      links[op.forwardLink].queues->recvs[op.forwardIndex].forwardDone = true;
+      ++links[op.forwardLink].queues->recvs[op.forwardIndex].forwardsDone;
     while (lr.completed < lr.posted && lr.sendDone[lr.completed])
       ++lr.completed;
   }
@@ -269,10 +269,13 @@ struct Engine::Run {
                                op.operand, op.dst, op.incomingFirst);
         break;
       case RecvAction::kReduceToSlot: {
-        // The sum leaves encoded with the codec of the link that forwards it.
-        const codecs::Codec* codec =
-            op.forwardedOn >= 0 ? codecOn(static_cast<size_t>(op.forwardedOn)) : args.codec;
-        if (codec == nullptr && h.codec == static_cast<uint8_t>(codecs::CodecId::kRaw)) {
+        // The sum leaves encoded with the codec of the link that forwards it; raw steps (and raw
+        // collectives) forward it raw.
+        const codecs::Codec* out =
+            op.raw ? nullptr
+                   : (op.forwardedOn >= 0 ? codecOn(static_cast<size_t>(op.forwardedOn))
+                                          : args.codec);
+        if (out == nullptr && h.codec == static_cast<uint8_t>(codecs::CodecId::kRaw)) {
           // Raw in, raw out: reduce in the slot itself (decodeReduce allows dst == its input).
           why = dec.decodeReduce(args.dtype, args.op, payload, h.metaBytes, h.payloadBytes,
                                  op.count, op.operand, payload, false);
@@ -282,14 +285,14 @@ struct Engine::Run {
         why = dec.decodeReduce(args.dtype, args.op, payload, h.metaBytes, h.payloadBytes, op.count,
                                op.operand, scratch, false);
         if (why == nullptr) {
-          if (codec == nullptr) {
-            // Raw collective receiving a compressed chunk: forward the sum raw.
+          if (out == nullptr) {
+            // Raw collective (or raw step) receiving a compressed chunk: forward the sum raw.
             memcpy(payload, scratch, op.count * elementSize);
             op.slotCodec = static_cast<uint8_t>(codecs::CodecId::kRaw);
             op.slotMetaBytes = 0;
             op.slotPayloadBytes = static_cast<uint32_t>(op.count * elementSize);
           } else {
-            reencode(op, *codec, scratch, payload);
+            reencode(op, *out, scratch, payload);
           }
         }
         break;
@@ -446,7 +449,7 @@ struct Engine::Run {
     bool progress = false;
     while (lr.releasedHere < lr.processed) {
       const RecvOp& op = lr.queues->recvs[lr.releasedHere];
-      if (op.forwarded && !op.forwardDone)
+      if (op.forwardsDone < op.forwarded)
         break;
       link.slotInUse[link.slotOf(lr.recvBase + lr.releasedHere)] = 0;
       ++lr.releasedHere;
@@ -509,7 +512,7 @@ struct Engine::Run {
           }
         }
       }
-      engine.device_.waitForActivity(std::chrono::microseconds(2000));
+      engine.waitForActivity(std::chrono::microseconds(2000));
     }
     return false;
   }
@@ -517,32 +520,42 @@ struct Engine::Run {
   bool pollLink(size_t li) {
     Link& link = *links[li].link;
     bool progress = false;
+    if (!link.earlyCompletions.empty()) {
+      // Arrived while the link was being set up (see Link::earlyCompletions).
+      std::vector<Completion> early;
+      early.swap(link.earlyCompletions);
+      for (const Completion& c : early)
+        onCompletion(li, c);
+      progress = true;
+    }
     for (;;) {
       const size_t n = link.connection().poll(completions);
-      for (size_t i = 0; i < n; ++i) {
-        const Completion& c = completions[i];
-        switch (c.kind) {
-          case CompletionKind::kError:
-            connectionFailed(li);
-          case CompletionKind::kWrite:
-            if (c.status != Errc::kOk)
-              connectionFailed(li);
-            if (workKind(c.id) == WorkKind::kData)
-              onSendComplete(workLink(c.id), workIndex(c.id));
-            break;
-          case CompletionKind::kRemoteWrite:
-            onRemoteWrite(li, c);
-            break;
-          case CompletionKind::kSend:
-          case CompletionKind::kRecv:
-            break;  // not used by the chunk protocol
-        }
-      }
+      for (size_t i = 0; i < n; ++i)
+        onCompletion(li, completions[i]);
       progress |= n > 0;
       if (n < completions.size())
         break;
     }
     return progress;
+  }
+
+  void onCompletion(size_t li, const Completion& c) {
+    switch (c.kind) {
+      case CompletionKind::kError:
+        connectionFailed(li);
+      case CompletionKind::kWrite:
+        if (c.status != Errc::kOk)
+          connectionFailed(li);
+        if (workKind(c.id) == WorkKind::kData)
+          onSendComplete(workLink(c.id), workIndex(c.id));
+        break;
+      case CompletionKind::kRemoteWrite:
+        onRemoteWrite(li, c);
+        break;
+      case CompletionKind::kSend:
+      case CompletionKind::kRecv:
+        break;  // not used by the chunk protocol
+    }
   }
 
   void onRemoteWrite(size_t li, const Completion& c) {
@@ -655,7 +668,7 @@ struct Engine::Run {
       if (++idle > engine.spinRounds_) {
         auto left =
             std::chrono::duration_cast<std::chrono::microseconds>(timeout - (now - lastProgress));
-        engine.device_.waitForActivity(std::min(left, std::chrono::microseconds(2000)));
+        engine.waitForActivity(std::min(left, std::chrono::microseconds(2000)));
       }
     }
   }
@@ -673,7 +686,14 @@ Engine::Engine(int rank,
       links_(std::move(linksByPeer)),
       config_(config),
       abortFlag_(abortFlag),
-      registrationPinsMemory_(device.properties().registrationPinsMemory) {
+      registrationPinsMemory_(device.properties().registrationPinsMemory),
+      topology_(Topology::blocks(nranks, nranks)) {
+  devices_.push_back(&device_);
+  for (Link* link : links_) {
+    if (link != nullptr &&
+        std::find(devices_.begin(), devices_.end(), &link->device()) == devices_.end())
+      devices_.push_back(&link->device());
+  }
   for (int id = 0; id < codecs::kNumCodecIds; ++id) {
     codecs::CodecSpec spec;
     spec.id = static_cast<codecs::CodecId>(id);
@@ -695,6 +715,7 @@ struct Engine::Prepared {
   CollectiveArgs key;
   Schedule schedule;
   std::unique_ptr<transport::MemoryRegion> sendRegion, recvRegion;
+  std::vector<std::unique_ptr<transport::MemoryRegion>> otherRegions;  // see registerOnLinkDevices
   Plan plan;
   std::vector<Run::LinkRun> links;
   uint64_t lastUse = 0;
@@ -704,7 +725,7 @@ struct Engine::Prepared {
   bool matches(const CollectiveArgs& a) const {
     return a.kind == key.kind && a.send == key.send && a.recv == key.recv && a.count == key.count &&
            a.dtype == key.dtype && a.op == key.op && a.root == key.root && a.codec == key.codec &&
-           a.adaptive == key.adaptive;
+           a.adaptive == key.adaptive && a.algorithm == key.algorithm;
   }
 };
 
@@ -728,12 +749,17 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
   const bool latencyBound = args.codec == nullptr && args.count * esize <= kLatencyBoundBytes;
   // codec=auto leaves latency-bound collectives raw (their round trip, not bytes, is the cost).
   p->adaptive = args.adaptive && args.codec == nullptr && !latencyBound;
-  p->schedule = buildSchedule(args.kind, rank_, nranks_, args.root, args.count, latencyBound);
-  p->algorithm =
-      args.kind == CollectiveKind::kBroadcast
-          ? "chain"
-          : (args.kind == CollectiveKind::kAllReduce && latencyBound && nranks_ == 2 ? "exchange"
-                                                                                     : "ring");
+  if (args.kind == CollectiveKind::kAllReduce) {
+    GS_CHECK(args.residual == nullptr || args.algorithm == Algorithm::kRing, Errc::kInvalidArgument,
+             "error feedback needs the ring allreduce, not %s", algorithmName(args.algorithm));
+    p->schedule = buildAllReduce(args.algorithm, rank_, topology_, args.count, latencyBound);
+    p->algorithm = args.algorithm == Algorithm::kRing && latencyBound && nranks_ == 2
+                       ? "exchange"
+                       : algorithmName(args.algorithm);
+  } else {
+    p->schedule = buildSchedule(args.kind, rank_, nranks_, args.root, args.count, latencyBound);
+    p->algorithm = args.kind == CollectiveKind::kBroadcast ? "chain" : "ring";
+  }
   const auto* send = static_cast<const uint8_t*>(args.send);
   auto* recv = static_cast<uint8_t*>(args.recv);
   if (!p->schedule.steps.empty()) {
@@ -756,7 +782,7 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
       GS_CHECK(link != nullptr && link->connected(), Errc::kInternal,
                "no connection to rank %d for %s", q.peer, collectiveName(args.kind));
       if (args.codec != nullptr || p->adaptive)
-        link->ensureEncodeStaging(device_);
+        link->ensureEncodeStaging();
       Run::LinkRun lr;
       lr.link = link;
       lr.queues = &q;
@@ -765,6 +791,7 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
         lr.counters = counters_[q.peer];
       p->links.push_back(std::move(lr));
     }
+    registerOnLinkDevices(*p);
   }
   p->lastUse = ++useClock_;
   if (prepared_.size() >= kPreparedCapacity) {
@@ -816,8 +843,10 @@ void Engine::run(const CollectiveArgs& args) {
     lr.codec = p.adaptive && static_cast<size_t>(peer) < linkCodecs_.size() ? linkCodecs_[peer]
                                                                             : args.codec;
     std::fill(lr.sendDone.begin(), lr.sendDone.end(), 0);
-    for (RecvOp& op : lr.queues->recvs)
-      op.processed = op.forwardDone = false;
+    for (RecvOp& op : lr.queues->recvs) {
+      op.processed = false;
+      op.forwardsDone = 0;
+    }
   }
   stats_.adaptive = p.adaptive;
   Run run(*this, args, id, p.plan, p.links);
@@ -841,6 +870,46 @@ void Engine::run(const CollectiveArgs& args) {
   }
   for (auto& lr : p.links)
     lr.link->recvSequence += lr.queues->recvs.size();
+}
+
+// Links served by another device than the primary one (shm peers next to tcp ones) send from
+// the user's buffers registered with their own device.
+void Engine::registerOnLinkDevices(Prepared& p) {
+  for (transport::Device* device : devices_) {
+    if (device == &device_)
+      continue;
+    std::unique_ptr<transport::MemoryRegion> send, recv;
+    for (auto& lr : p.links) {
+      if (&lr.link->device() != device)
+        continue;
+      if (!send && p.sendRegion)
+        send = device->registerMemory(p.sendRegion->data(), p.sendRegion->size());
+      if (!recv && p.recvRegion)
+        recv = device->registerMemory(p.recvRegion->data(), p.recvRegion->size());
+      for (SendOp& op : lr.queues->sends) {
+        if (op.region == p.sendRegion.get())
+          op.region = send.get();
+        else if (op.region == p.recvRegion.get())
+          op.region = recv.get();
+      }
+    }
+    if (send)
+      p.otherRegions.push_back(std::move(send));
+    if (recv)
+      p.otherRegions.push_back(std::move(recv));
+  }
+}
+
+void Engine::waitForActivity(std::chrono::microseconds maxWait) {
+  if (devices_.size() == 1) {
+    device_.waitForActivity(maxWait);
+    return;
+  }
+  // Several devices: none can wake a wait on another, so each waits a short slice in turn.
+  const auto slice =
+      std::min(maxWait / static_cast<int>(devices_.size()), std::chrono::microseconds(50));
+  for (transport::Device* device : devices_)
+    device->waitForActivity(slice);
 }
 
 void Engine::notifyPeers(int originRank) noexcept {
@@ -868,7 +937,7 @@ void Engine::notifyPeers(int originRank) noexcept {
             (sink[i].kind == CompletionKind::kWrite && workKind(sink[i].id) == WorkKind::kAbort);
       }
       if (n == 0)
-        device_.waitForActivity(std::chrono::microseconds(1000));
+        waitForActivity(std::chrono::microseconds(1000));
     }
   }
 }
@@ -910,7 +979,7 @@ void Engine::farewell(Deadline deadline) noexcept {
       }
     }
     if (!any && !waiting.empty()) {
-      device_.waitForActivity(
+      waitForActivity(
           std::min(std::chrono::duration_cast<std::chrono::microseconds>(deadline.remaining()),
                    std::chrono::microseconds(5000)));
     }

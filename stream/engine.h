@@ -38,6 +38,9 @@ struct CollectiveArgs {
   /// ring allreduce (its step-0 block, its hop re-encodes, its own block in the allgather);
   /// the engine stores there what that encoding lost. The caller adds it back next time.
   void* residual = nullptr;
+  /// Allreduce schedule (other kinds always run ring / chain). Error feedback (residual) needs
+  /// kRing: its accounting assumes each element is encoded once by this rank, as the ring does.
+  Algorithm algorithm = Algorithm::kRing;
 };
 
 /// Figures of the last collective (for tools and, later, metrics).
@@ -83,12 +86,16 @@ class Engine {
   void farewell(Deadline deadline) noexcept;
 
   const CollectiveStats& lastStats() const { return stats_; }
-  /// Schedule family of the last collective: "ring", "exchange" or "chain".
+  /// Schedule family of the last collective: an algorithmName(), "exchange" or "chain".
   const char* lastAlgorithm() const { return lastAlgorithm_; }
 
   /// Idle polling rounds before blocking in the transport. Spinning saves a wake-up per message
   /// but steals the CPU the kernel's TCP copies need when ranks outnumber cores.
   void setSpinRounds(int rounds) { spinRounds_ = rounds; }
+
+  /// Hosts of the ranks (hierarchical allreduce). Default: every rank on one host. Set before
+  /// the first collective; must match on every rank.
+  void setTopology(Topology topology) { topology_ = std::move(topology); }
 
   /// Per-peer counters the data path updates (relaxed atomics; set up before the first
   /// collective; entries may be null).
@@ -108,9 +115,12 @@ class Engine {
   struct Run;
   struct Prepared;
   Prepared& prepare(const CollectiveArgs& args);
+  void registerOnLinkDevices(Prepared& p);
+  void waitForActivity(std::chrono::microseconds maxWait);
   int rank_;
   int nranks_;
   transport::Device& device_;
+  std::vector<transport::Device*> devices_;  // device_ first, then the links' other devices
   std::vector<Link*> links_;
   Config config_;
   const std::atomic<bool>& abortFlag_;
@@ -140,6 +150,7 @@ class Engine {
   std::vector<const codecs::Codec*> linkCodecs_;  // by peer; adaptive collectives
   uint32_t errorSampleEvery_ = 16;
   uint64_t lossyChunks_ = 0;  // chunks encoded by a lossy codec (error sampling clock)
+  Topology topology_;
   int spinRounds_ = 8;
   const codecs::Codec& decoder(uint8_t id) const { return *decoders_[id]; }
 };

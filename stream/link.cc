@@ -27,19 +27,19 @@ Link::Link(int peer, transport::Device& device, const SlotLayout& layout)
       slotInUse(layout.slots, 0),
       headerBusy(layout.slots, 0),
       peer_(peer),
+      device_(&device),
       layout_(layout),
-      recvSlots_(allocatePages(layout.slots * layout.slotBytes())),
       headers_(allocatePages(layout.slots * 64)) {
-  recvSlotsMr_ = device.registerMemory(recvSlots_.get(), layout.slots * layout.slotBytes());
+  recvSlotsMr_ = device.allocateRegion(layout.slots * layout.slotBytes());
   headersMr_ = device.registerMemory(headers_.get(), layout.slots * 64);
 }
 
-void Link::ensureEncodeStaging(transport::Device& device) {
+void Link::ensureEncodeStaging() {
   if (encode_)
     return;
   const size_t bytes = layout_.slots * layout_.slotBytes();
   encode_.reset(allocatePages(bytes));
-  encodeMr_ = device.registerMemory(encode_.get(), bytes);
+  encodeMr_ = device_->registerMemory(encode_.get(), bytes);
 }
 
 void Link::attach(std::unique_ptr<transport::Connection> connection,

@@ -41,6 +41,8 @@ class Link {
   Link(int peer, transport::Device& device, const SlotLayout& layout);
 
   int peer() const { return peer_; }
+  /// The device serving this peer (its connection, slots and staging belong to it).
+  transport::Device& device() const { return *device_; }
   const SlotLayout& layout() const { return layout_; }
 
   /// Key of this rank's receive slots for the peer (travels through the rendezvous).
@@ -52,7 +54,9 @@ class Link {
   bool connected() const { return connection_ != nullptr; }
 
   // Receive side.
-  uint8_t* slot(size_t index) { return recvSlots_.get() + index * layout_.slotBytes(); }
+  uint8_t* slot(size_t index) {
+    return static_cast<uint8_t*>(recvSlotsMr_->data()) + index * layout_.slotBytes();
+  }
   const transport::MemoryRegion& recvSlotsRegion() const { return *recvSlotsMr_; }
   size_t slotOf(uint64_t sequence) const { return sequence % layout_.slots; }
   std::vector<uint32_t> arrivedBytes;  // per slot; kNotArrived when empty
@@ -72,7 +76,7 @@ class Link {
   // Outgoing encoded chunks (header + metadata + payload), one slot-sized buffer per slot;
   // allocated and registered on the first compressed collective (raw sends need none: the
   // payload goes straight from the user's buffer).
-  void ensureEncodeStaging(transport::Device& device);
+  void ensureEncodeStaging();
   uint8_t* encodeStaging(size_t index) { return encode_.get() + index * layout_.slotBytes(); }
   const transport::MemoryRegion& encodeRegion() const { return *encodeMr_; }
 
@@ -84,6 +88,10 @@ class Link {
       peerReleased += delta;
   }
   bool byeReceived = false;
+  /// Completions that arrived on the connection while it was being set up (a peer that is
+  /// ready first may already send chunks or credits while this rank still waits for the end of
+  /// the slot-key exchange); the engine handles them before polling the connection.
+  std::vector<transport::Completion> earlyCompletions;
 
   // Goodput accounting (bytes sent while collectives ran / that busy time), published about
   // every 100 ms so one tiny collective does not overwrite what a large one measured.
@@ -99,10 +107,10 @@ class Link {
   };
 
   int peer_;
+  transport::Device* device_;
   SlotLayout layout_;
-  std::unique_ptr<uint8_t, FreeDeleter> recvSlots_;
   std::unique_ptr<uint8_t, FreeDeleter> headers_;
-  std::unique_ptr<transport::MemoryRegion> recvSlotsMr_;
+  std::unique_ptr<transport::MemoryRegion> recvSlotsMr_;  // owns the slots (Device::allocateRegion)
   std::unique_ptr<transport::MemoryRegion> headersMr_;
   std::unique_ptr<uint8_t, FreeDeleter> encode_;
   std::unique_ptr<transport::MemoryRegion> encodeMr_;

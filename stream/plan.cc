@@ -79,13 +79,14 @@ class PlanBuilder {
   void addSends(int step, const Step& st) {
     StepChunks& sc = steps_[step];
     sc.sendLink = linkIndex(st.sendPeer);
-    if (st.sendForwardsPrevious) {
-      GS_CHECK(step > 0 && in_.schedule->steps[step - 1].recvPeer >= 0, Errc::kInternal,
-               "step %d forwards without a receive in step %d", step, step - 1);
-      sc.forwardsStep = step - 1;
-      for (const RecvOp& r : steps_[step - 1].recvs) {
+    if (st.forwards()) {
+      const int from = st.forwardedStep(step);
+      GS_CHECK(from >= 0 && from < step && in_.schedule->steps[from].recvPeer >= 0, Errc::kInternal,
+               "step %d forwards without a receive in step %d", step, from);
+      sc.forwardsStep = from;
+      for (const RecvOp& r : steps_[from].recvs) {
         SendOp op{static_cast<uint16_t>(step), r.chunkIndex, r.elementOffset, r.count};
-        op.forwardLink = steps_[step - 1].recvLink;
+        op.forwardLink = steps_[from].recvLink;
         sc.sends.push_back(op);
         sc.sendAccess.push_back(accesses_.size());
         accesses_.push_back({step, sc.sendLink, true, 0, {}, {}});
@@ -97,6 +98,7 @@ class PlanBuilder {
       const auto n =
           static_cast<uint32_t>(std::min<uint64_t>(in_.chunkElements, st.send.count - off));
       SendOp op{static_cast<uint16_t>(step), static_cast<uint32_t>(c), off, n};
+      op.raw = st.raw;
       op.source = base + off * in_.elementSize;
       op.region = region(st.send);
       op.regionOffset =
@@ -118,6 +120,7 @@ class PlanBuilder {
       RecvOp op{
           static_cast<uint16_t>(step), static_cast<uint32_t>(c), off, n, st.action, st.finalize};
       op.incomingFirst = st.incomingFirst;
+      op.raw = st.raw;
       Access a{step, sc.recvLink, false, 0, {}, {}};
       if (st.action != RecvAction::kReduceToSlot) {
         op.dst = const_cast<uint8_t*>(address(st.dst)) + off * in_.elementSize;
@@ -173,8 +176,8 @@ class PlanBuilder {
         SendOp& op = plan_.links[sc.sendLink].sends[sc.sendIndex[c]];
         op.forwardIndex = from.recvIndex[c];
         RecvOp& forwarded = plan_.links[from.recvLink].recvs[op.forwardIndex];
-        forwarded.forwarded = true;
-        forwarded.forwardedOn = sc.sendLink;
+        if (forwarded.forwarded++ == 0)
+          forwarded.forwardedOn = static_cast<int32_t>(sc.sendLink);
       }
     }
   }

@@ -28,6 +28,7 @@ struct SendOp {
   uint8_t* replica = nullptr;  // this rank's copy of the data, see Step::replica
   int32_t forwardLink = -1;    // forwards recvs[forwardIndex] of that link
   uint32_t forwardIndex = 0;
+  bool raw = false;  // sent in the buffer's dtype whatever the collective's codec (Step::raw)
   uint32_t depBegin = 0, depEnd = 0;
   uint64_t postedNs = 0;  // progress: when it was posted (chunk latency)
 };
@@ -40,14 +41,16 @@ struct RecvOp {
   RecvAction action;
   bool finalize;
   bool incomingFirst = false;
-  bool forwarded = false;    // a later send forwards this chunk from its slot
-  int32_t forwardedOn = -1;  // the link index of that send
+  bool raw = false;          // kReduceToSlot keeps the result in the buffer's dtype (Step::raw)
+  uint16_t forwarded = 0;    // later sends forwarding this chunk from its slot
+  int32_t forwardedOn = -1;  // the link index of the (first) such send: a reduce-to-slot is
+                             // re-encoded with that link's codec
   uint8_t* dst = nullptr;
   const uint8_t* operand = nullptr;
   uint32_t depBegin = 0, depEnd = 0;
   // Progress.
   bool processed = false;
-  bool forwardDone = false;
+  uint16_t forwardsDone = 0;  // forwards whose send completed; the slot is held until all did
   // What the slot holds after processing (what a forward sends): codec and encoded sizes.
   uint8_t slotCodec = 0;
   uint32_t slotMetaBytes = 0;

@@ -1,69 +1,17 @@
 #include "stream/schedule.h"
 
 #include "common/error.h"
+#include "stream/schedule_build.h"
 
 namespace gs::stream {
-namespace {
 
-int mod(int a, int n) {
-  return ((a % n) + n) % n;
-}
+using build::appendAllGather;
+using build::appendReduceScatter;
+using build::base;
+using build::Group;
+using build::mod;
 
-// Reduce-scatter over blocks segment(j), ending with block `rank` reduced into dst.
-// Step k (0..N-2): send block (r-k-1) (from the send buffer at k = 0, else forwarded), receive
-// block (r-k-2), reduce it with our own contribution; the last step lands in finalDst.
-template <class SegmentFn>
-void appendReduceScatter(Schedule& s, SegmentFn segment, BufferRange finalDst, bool finalize) {
-  const int r = s.rank, n = s.nranks, right = mod(r + 1, n), left = mod(r - 1, n);
-  for (int k = 0; k + 1 < n; ++k) {
-    Step st;
-    st.sendPeer = right;
-    if (k == 0) {
-      st.send = segment(BufferId::kSend, mod(r - 1, n));
-    } else {
-      st.sendForwardsPrevious = true;
-    }
-    st.recvPeer = left;
-    const int block = mod(r - k - 2, n);
-    st.operand = segment(BufferId::kSend, block);
-    st.recvCount = st.operand.count;
-    if (k + 2 == n) {
-      st.action = RecvAction::kReduceWith;
-      st.dst = finalDst;
-      st.finalize = finalize;
-    } else {
-      st.action = RecvAction::kReduceToSlot;
-    }
-    s.steps.push_back(st);
-  }
-}
-
-// Allgather over blocks segment(j) of the recv buffer; our own block must already be in place
-// (or is sent from ownSource). Step k: send block (r-k), receive block (r-k-1) and keep it
-// for forwarding unless it is the last step.
-template <class SegmentFn>
-void appendAllGather(Schedule& s,
-                     SegmentFn segment,
-                     BufferRange ownSource,
-                     BufferRange ownReplica) {
-  const int r = s.rank, n = s.nranks, right = mod(r + 1, n), left = mod(r - 1, n);
-  for (int k = 0; k + 1 < n; ++k) {
-    Step st;
-    st.sendPeer = right;
-    if (k == 0) {
-      st.send = ownSource;
-      st.hasReplica = true;
-      st.replica = ownReplica;
-    } else {
-      st.sendForwardsPrevious = true;
-    }
-    st.recvPeer = left;
-    st.action = RecvAction::kCopy;
-    st.dst = segment(BufferId::kRecv, mod(r - k - 1, n));
-    st.recvCount = st.dst.count;
-    s.steps.push_back(st);
-  }
-}
+namespace build {
 
 Schedule base(CollectiveKind kind, int rank, int nranks, int root, size_t count) {
   GS_CHECK(nranks >= 1 && rank >= 0 && rank < nranks, Errc::kInvalidArgument,
@@ -77,7 +25,7 @@ Schedule base(CollectiveKind kind, int rank, int nranks, int root, size_t count)
   return s;
 }
 
-}  // namespace
+}  // namespace build
 
 const char* collectiveName(CollectiveKind kind) {
   switch (kind) {
@@ -111,8 +59,10 @@ Schedule ringAllReduce(int rank, int nranks, size_t count) {
     s.localCopies.push_back({segment(BufferId::kSend, 0), segment(BufferId::kRecv, 0)});
     return s;
   }
-  appendReduceScatter(s, segment, segment(BufferId::kRecv, rank), true);
-  appendAllGather(s, segment, segment(BufferId::kRecv, rank), segment(BufferId::kRecv, rank));
+  const Group g = Group::all(rank, nranks);
+  appendReduceScatter(s, g, segment, BufferId::kSend, segment(BufferId::kRecv, rank), true, false);
+  appendAllGather(s, g, segment, segment(BufferId::kRecv, rank), segment(BufferId::kRecv, rank),
+                  false);
   return s;
 }
 
@@ -149,7 +99,8 @@ Schedule ringReduceScatter(int rank, int nranks, size_t count) {
     s.localCopies.push_back({block(BufferId::kSend, 0), block(BufferId::kRecv, 0)});
     return s;
   }
-  appendReduceScatter(s, block, BufferRange{BufferId::kRecv, 0, count}, true);
+  appendReduceScatter(s, Group::all(rank, nranks), block, BufferId::kSend,
+                      BufferRange{BufferId::kRecv, 0, count}, true, false);
   return s;
 }
 
@@ -163,7 +114,7 @@ Schedule ringAllGather(int rank, int nranks, size_t count) {
   BufferRange own{BufferId::kSend, 0, count};
   s.localCopies.push_back({own, block(BufferId::kRecv, rank)});
   if (nranks > 1)
-    appendAllGather(s, block, own, block(BufferId::kRecv, rank));
+    appendAllGather(s, Group::all(rank, nranks), block, own, block(BufferId::kRecv, rank), false);
   return s;
 }
 
@@ -218,6 +169,47 @@ Schedule buildSchedule(
       return chainBroadcast(rank, nranks, root, count);
   }
   GS_CHECK(false, Errc::kInvalidArgument, "unknown collective kind");
+  return {};
+}
+
+const char* algorithmName(Algorithm algo) {
+  switch (algo) {
+    case Algorithm::kRing:
+      return "ring";
+    case Algorithm::kTree:
+      return "tree";
+    case Algorithm::kHalvingDoubling:
+      return "halving_doubling";
+    case Algorithm::kHierarchical:
+      return "hierarchical";
+  }
+  return "unknown";
+}
+
+bool parseAlgorithm(const std::string& name, Algorithm* out) {
+  for (Algorithm a : kAlgorithms) {
+    if (name == algorithmName(a)) {
+      *out = a;
+      return true;
+    }
+  }
+  return false;
+}
+
+Schedule buildAllReduce(
+    Algorithm algo, int rank, const Topology& topology, size_t count, bool latencyBound) {
+  const int nranks = topology.nranks();
+  switch (algo) {
+    case Algorithm::kRing:
+      return buildSchedule(CollectiveKind::kAllReduce, rank, nranks, 0, count, latencyBound);
+    case Algorithm::kTree:
+      return treeAllReduce(rank, nranks, count);
+    case Algorithm::kHalvingDoubling:
+      return halvingDoublingAllReduce(rank, nranks, count);
+    case Algorithm::kHierarchical:
+      return hierarchicalAllReduce(rank, topology, count);
+  }
+  GS_CHECK(false, Errc::kInvalidArgument, "unknown algorithm");
   return {};
 }
 

@@ -2,10 +2,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "common/types.h"
+#include "stream/topology.h"
 
 namespace gs::stream {
 
@@ -35,7 +37,11 @@ enum class RecvAction : uint8_t {
 struct Step {
   int sendPeer = -1;  // -1: this step sends nothing
   bool sendForwardsPrevious = false;
-  BufferRange send;  // when !sendForwardsPrevious
+  // The general form of sendForwardsPrevious: forwards what step `forwardStep` (an earlier step
+  // of this rank with a receive) received. A receive may be forwarded by several later steps
+  // (a tree node passes its parent's chunk to both children); its slot is held until all left.
+  int forwardStep = -1;
+  BufferRange send;  // when not forwarding
   // This send carries final data every rank keeps (allgather phase, broadcast root). With a
   // lossy codec the sender overwrites its own copy, `replica`, with decode(encode(data)), so
   // all replicas end bit-identical.
@@ -49,6 +55,14 @@ struct Step {
   bool finalize = false;       // the reduction is complete here: apply kAvg's division
   bool incomingFirst = false;  // kReduceWith computes op(incoming, operand): the lower rank's
                                // value goes first on both ranks, so results match bit for bit
+  // This step's send and kReduceToSlot stay in the buffer's dtype even when the collective has
+  // a codec (hops inside a host, where encoding costs more than the bytes it saves, and phases
+  // whose data must reach every replica exactly).
+  bool raw = false;
+
+  /// The step whose receive this step's send forwards, or -1 (k: this step's index).
+  int forwardedStep(int k) const { return sendForwardsPrevious ? k - 1 : forwardStep; }
+  bool forwards() const { return sendForwardsPrevious || forwardStep >= 0; }
 };
 
 enum class CollectiveKind : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
@@ -92,6 +106,33 @@ Schedule chainBroadcast(int rank, int nranks, int root, size_t count);
 Schedule buildSchedule(
     CollectiveKind kind, int rank, int nranks, int root, size_t count, bool latencyBound = false);
 
+/// Allreduce algorithms. Reduce-scatter, allgather and broadcast always run as ring / chain.
+enum class Algorithm : uint8_t { kRing, kTree, kHalvingDoubling, kHierarchical };
+inline constexpr Algorithm kAlgorithms[] = {Algorithm::kRing, Algorithm::kTree,
+                                            Algorithm::kHalvingDoubling, Algorithm::kHierarchical};
+/// "ring", "tree", "halving_doubling", "hierarchical" (the GS_ALGO values).
+const char* algorithmName(Algorithm algo);
+bool parseAlgorithm(const std::string& name, Algorithm* out);
+
+/// Pipelined double binary tree (NCCL-style): half the buffer reduces up and broadcasts down
+/// one tree, the other half the complementary tree (leaves of one are inner nodes of the
+/// other), so every rank sends and receives about the buffer once each way. Each tree's root
+/// has one child; inner nodes reduce their two children's chunks into the slot (decode, reduce,
+/// re-encode) and pass it up; the root finalizes, encodes once and the exact bytes travel down.
+/// Latency grows with log2(N).
+Schedule treeAllReduce(int rank, int nranks, size_t count);
+/// Recursive halving (reduce-scatter) then recursive doubling (allgather) among all ranks,
+/// pairwise folding for any N (see build::appendHalvingDoubling). 2 log2(N) rounds.
+Schedule halvingDoublingAllReduce(int rank, int nranks, size_t count);
+/// Two-level: ring reduce-scatter among the ranks of each host, halving-doubling allreduce of
+/// each shard among the ranks with the same local rank on every host, ring allgather inside
+/// each host. Intra-host hops travel raw. Needs the same number of ranks on every host
+/// (kInvalidArgument otherwise).
+Schedule hierarchicalAllReduce(int rank, const Topology& topology, size_t count);
+/// The allreduce schedule of an algorithm (latencyBound as in buildSchedule, ring only).
+Schedule buildAllReduce(
+    Algorithm algo, int rank, const Topology& topology, size_t count, bool latencyBound = false);
+
 /// Symbolic check: runs the schedules of all ranks with no network, values represented as the
 /// set of (rank, element) contributions, and verifies every rank's final buffer is exactly the
 /// collective's result (each contribution once, averages finalized once, no deadlock, matching
@@ -104,5 +145,13 @@ std::string checkSchedules(CollectiveKind kind,
                            size_t count,
                            bool averaging,
                            bool latencyBound = false);
+/// The same check over any set of schedules: factory(rank) builds rank's (tests mutate them).
+std::string checkScheduleSet(CollectiveKind kind,
+                             int nranks,
+                             int root,
+                             size_t count,
+                             const std::function<Schedule(int rank)>& factory);
+/// The same check for an allreduce algorithm on a topology.
+std::string checkAllReduceSchedules(Algorithm algo, const Topology& topology, size_t count);
 
 }  // namespace gs::stream

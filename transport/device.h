@@ -51,6 +51,12 @@ class Device {
   /// Registers [data, data + bytes) for use as a write source or target. Throws on failure.
   virtual std::unique_ptr<MemoryRegion> registerMemory(void* data, size_t bytes) = 0;
 
+  /// Allocates `bytes` of zeroed, page-aligned memory a peer can write into, registered: the
+  /// region owns the memory and frees it on destruction. Backends whose peers cannot reach
+  /// ordinary process memory (shm: another process maps it) override this; the default is
+  /// heap pages plus registerMemory().
+  virtual std::unique_ptr<MemoryRegion> allocateRegion(size_t bytes);
+
   /// Opaque blob that peers pass to connect() to reach this device.
   virtual std::vector<uint8_t> address() const = 0;
 

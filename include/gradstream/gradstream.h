@@ -95,6 +95,10 @@ typedef struct {
   int64_t chunk_min_bytes;  /**< chunk size bounds of the controller; default 256 KiB */
   int64_t chunk_max_bytes;  /**< default 2 MiB */
   double error_budget;      /**< relative L2 error allowed on sampled lossy chunks; default 0.05 */
+  const char* algo;            /**< allreduce algorithm: "auto" (default, cost model), "ring",
+                                    "tree", "halving_doubling", "hierarchical" */
+  const char* hostname;        /**< groups ranks into hosts; default gethostname() */
+  int64_t shm;                 /**< 1 (default): shared memory between ranks of one host; 0 off */
 } gs_config_t;
 
 /** Fills *config with "unset" for every field. Returns GS_ERR_INVALID_ARGUMENT for NULL. */
@@ -183,6 +187,7 @@ typedef struct {
   double last_algbw;   /**< its algbw and busbw in bytes/s (nccl-tests conventions) */
   double last_busbw;
   char metrics_address[64]; /**< "host:port" of the Prometheus exporter, "" when off */
+  char last_algorithm[32];  /**< schedule of the last collective: "ring", "tree", ... */
 } gs_comm_stats_t;
 
 GS_API gs_status_t gs_comm_stats(gs_comm_t comm, gs_comm_stats_t* out_stats);

@@ -259,10 +259,11 @@ void expectPerfTableClean(const std::string& out, const std::string& context) {
     std::string w;
     while (fields >> w)
       f.push_back(w);
-    if (f.size() != 9)
+    if (f.size() != 10)
       continue;
     ++rows;
-    EXPECT_EQ(f.back(), "0") << "#wrong is not 0 in row '" << line << "'\n" << context;
+    EXPECT_EQ(f[8], "0") << "#wrong is not 0 in row '" << line << "'\n" << context;
+    EXPECT_FALSE(f[9].empty()) << "no algorithm in row '" << line << "'\n" << context;
   }
   EXPECT_GE(rows, 1) << "no result rows\n" << context;
   EXPECT_TRUE(summary) << "no '# Out of bounds values : 0 OK' line\n" << context;

@@ -268,8 +268,8 @@ struct Bench {
     printf(
         "# time is the median over iterations of the slowest rank, each iteration after a "
         "barrier\n");
-    printf("# %10s %12s %8s %6s %5s %11s %11s %11s %7s\n", "size(B)", "count", "type", "redop",
-           "root", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    printf("# %10s %12s %8s %6s %5s %11s %11s %11s %7s %s\n", "size(B)", "count", "type", "redop",
+           "root", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "algo");
     fflush(stdout);
     int64_t totalWrong = 0;
     for (size_t bytes = o.minBytes; bytes <= o.maxBytes;) {
@@ -311,12 +311,18 @@ struct Bench {
       const double factor = o.coll == "allreduce"   ? 2.0 * (nranks - 1) / nranks
                             : o.coll == "broadcast" ? 1.0
                                                     : static_cast<double>(nranks - 1) / nranks;
+      // The schedule the library chose (GS_ALGO, cost model) for the last iteration.
+      gs_comm_stats_t st;
+      memset(&st, 0, sizeof(st));
+      st.struct_size = sizeof(st);
+      const char* algo =
+          gs_comm_stats(comm, &st) == GS_OK && st.last_algorithm[0] ? st.last_algorithm : "-";
       if (rank == 0) {
-        printf("  %10zu %12zu %8s %6s %5d %11.1f %11.3f %11.3f %7lld\n", sizeBytes,
+        printf("  %10zu %12zu %8s %6s %5d %11.1f %11.3f %11.3f %7lld %s\n", sizeBytes,
                sizeBytes / esize, dtypeName(o.dtype),
                (o.coll == "allreduce" || o.coll == "reduce_scatter") ? opName(o.op) : "none",
                o.coll == "broadcast" ? o.root : -1, us, algbw, algbw * factor,
-               static_cast<long long>(wrong));
+               static_cast<long long>(wrong), algo);
         fflush(stdout);
       }
       const size_t next = static_cast<size_t>(static_cast<double>(bytes) * o.factor);

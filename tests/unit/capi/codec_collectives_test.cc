@@ -51,11 +51,19 @@ double relL2(const std::vector<float>& got, const std::vector<double>& want) {
 
 class CodecCollectives : public ::testing::TestWithParam<CodecCase> {};
 
-void runAllReduce(const CodecCase& c, int n, const char* transport, size_t count) {
+void runAllReduce(const CodecCase& c,
+                  int n,
+                  const char* transport,
+                  size_t count,
+                  const char* algo = "ring",
+                  int perHost = 0) {
   RankOptions opt;
   opt.transport = transport;
   opt.chunkBytes = 64 << 10;
   opt.codec = c.codec;
+  opt.algo = algo;
+  opt.perHost = perHost;
+  std::vector<std::string> algorithms(n);
   std::vector<std::vector<float>> out(n, std::vector<float>(count));
   std::vector<std::string> errors(n);
   runRanks(n, opt, [&](int rank, gs_comm_t comm) {
@@ -63,12 +71,18 @@ void runAllReduce(const CodecCase& c, int n, const char* transport, size_t count
     if (gs_allreduce(in.data(), out[rank].data(), count, GS_FLOAT32, GS_SUM, comm, nullptr) !=
         GS_OK)
       errors[rank] = gs_last_error();
+    gs_comm_stats_t st;
+    st.struct_size = sizeof(st);
+    if (gs_comm_stats(comm, &st) == GS_OK)
+      algorithms[rank] = st.last_algorithm;
   });
-  for (int r = 0; r < n; ++r)
-    ASSERT_EQ(errors[r], "") << "rank " << r;
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(errors[r], "") << "rank " << r << " " << algo;
+    ASSERT_EQ(algorithms[r], algo) << "rank " << r;
+  }
   for (int r = 1; r < n; ++r) {
     ASSERT_EQ(memcmp(out[0].data(), out[r].data(), count * sizeof(float)), 0)
-        << c.codec << ": rank " << r << " differs from rank 0";
+        << c.codec << " " << algo << ": rank " << r << " differs from rank 0";
   }
   std::vector<double> want(count, 0.0);
   for (int r = 0; r < n; ++r) {
@@ -77,7 +91,7 @@ void runAllReduce(const CodecCase& c, int n, const char* transport, size_t count
       want[i] += in[i];
   }
   const double err = relL2(out[0], want);
-  printf("codec %-10s N=%d %-8s relative L2 error %.3g\n", c.codec, n, transport, err);
+  printf("codec %-10s N=%d %-8s %-16s relative L2 error %.3g\n", c.codec, n, transport, algo, err);
   if (c.maxRelL2 == 0.0) {
     // Raw: exact up to float32 summation order.
     EXPECT_LT(err, 1e-6);
@@ -91,6 +105,18 @@ TEST_P(CodecCollectives, AllReduceBitIdenticalWithinBound) {
   for (int n = 2; n <= 8; ++n)
     runAllReduce(GetParam(), n, "loopback", 100003);
   runAllReduce(GetParam(), 3, "tcp", 40009);
+}
+
+// The other schedules keep the invariant too: tree (re-encoded partial sums up, the root's
+// bytes forwarded down), halving-doubling (encoded halving, raw doubling) and hierarchical
+// (raw inside a host, 2 ranks per host here, 3 with N = 6).
+TEST_P(CodecCollectives, OtherAlgorithmsBitIdenticalWithinBound) {
+  for (int n = 2; n <= 8; ++n) {
+    runAllReduce(GetParam(), n, "loopback", 20011, "tree");
+    runAllReduce(GetParam(), n, "loopback", 20011, "halving_doubling");
+    if (n % 2 == 0)
+      runAllReduce(GetParam(), n, "loopback", 20011, "hierarchical", n == 6 ? 3 : 2);
+  }
 }
 
 TEST_P(CodecCollectives, AllGatherAndBroadcastBitIdentical) {

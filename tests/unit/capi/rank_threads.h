@@ -21,6 +21,8 @@ struct RankOptions {
   const char* codec = nullptr;
   const char* codecLadder = nullptr;  // codec = "auto"
   const char* codecFloor = nullptr;
+  const char* algo = nullptr;  // GS_ALGO
+  int perHost = 0;             // > 0: ranks get host names "host<rank / perHost>"
 };
 
 /// Creates nranks communicators on threads, runs body(rank, comm) on each, destroys them.
@@ -42,6 +44,10 @@ inline void runRanks(int nranks,
       cfg.codec = opt.codec;
       cfg.codec_ladder = opt.codecLadder;
       cfg.codec_floor = opt.codecFloor;
+      cfg.algo = opt.algo;
+      const std::string host = "host" + std::to_string(opt.perHost > 0 ? r / opt.perHost : 0);
+      if (opt.perHost > 0)
+        cfg.hostname = host.c_str();
       gs_comm_t comm = nullptr;
       if (gs_comm_init_rank(&comm, nranks, &id, r, &cfg) != GS_OK) {
         errors[r] = gs_last_error();

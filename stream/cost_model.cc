@@ -1,0 +1,118 @@
+#include "stream/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace gs::stream {
+namespace {
+
+double log2Ceil(int n) {
+  int rounds = 0;
+  while ((1 << rounds) < n)
+    ++rounds;
+  return rounds;
+}
+
+int powerOfTwoBelow(int n) {
+  int p = 1;
+  while (p * 2 <= n)
+    p *= 2;
+  return p;
+}
+
+// Halving-doubling of `bytes` among g members over links `link`: log2(P) rounds each way, the
+// halving moving (P-1)/P of the data (encoded) and the doubling as much (raw), plus the fold
+// of the members beyond P (a whole-buffer hop in and out).
+double halvingDoubling(int g, double bytes, const LinkCost& link, const CostModel& m) {
+  if (g <= 1)
+    return 0;
+  const int p = powerOfTwoBelow(g);
+  const double rounds = 2 * std::log2(p);
+  const double share = (p - 1.0) / p * bytes;
+  double t = rounds * link.alphaSeconds + share * (m.codecRatio + 1.0) * link.betaSecondsPerByte +
+             share * m.gammaSecondsPerByte;
+  if (p != g)
+    t += 2 * link.alphaSeconds + bytes * (m.codecRatio + 1.0) * link.betaSecondsPerByte +
+         bytes * m.gammaSecondsPerByte;
+  return t;
+}
+
+// Pipelined ring phase over g members: (g-1) rounds of bytes/g, each hop able to start after
+// one chunk of the previous one.
+double ringPhase(int g, double bytes, double wireRatio, const LinkCost& link, const CostModel& m) {
+  if (g <= 1)
+    return 0;
+  const double block = bytes / g;
+  const double chunk = std::min(block, m.chunkBytes) * wireRatio;
+  return (g - 1) * (link.alphaSeconds + chunk * link.betaSecondsPerByte) +
+         (g - 1) * block * wireRatio * link.betaSecondsPerByte;
+}
+
+}  // namespace
+
+LinkCost CostModel::measured(const std::string& transport) {
+  // gradstream-perf, 2 ranks, median of quiet runs (bench/README.md): latency from 8 B
+  // allreduces (one exchange), bandwidth from 64 MiB ones.
+  if (transport == "shm")
+    return LinkCost{4e-6, 1.0 / 4.0e9};
+  if (transport == "loopback")
+    return LinkCost{2e-6, 1.0 / 6.0e9};
+  if (transport == "verbs")
+    return LinkCost{3e-6, 1.0 / 12.0e9};
+  return LinkCost{25e-6, 1.0 / 1.0e9};  // tcp over loopback / veth
+}
+
+double predictAllReduceSeconds(Algorithm algo,
+                               const Topology& topology,
+                               double bytes,
+                               const CostModel& m) {
+  const int n = topology.nranks();
+  if (n <= 1)
+    return 0;
+  const int hosts = topology.hosts();
+  const int perHost = topology.maxPerHost();
+  // A flat algorithm runs at the pace of its slowest link: inter-host once there are hosts.
+  const LinkCost& slow = hosts > 1 ? m.interHost : m.intraHost;
+  const double reduce = bytes * m.gammaSecondsPerByte;
+  switch (algo) {
+    case Algorithm::kRing:
+      return ringPhase(n, bytes, m.codecRatio, slow, m) +
+             ringPhase(n, bytes, m.codecRatio, slow, m) + (n - 1.0) / n * reduce;
+    case Algorithm::kTree: {
+      // Each half climbs and descends a tree of depth ~log2(N)+1; a rank sends up to 3 halves
+      // per tree where it is inner, about the buffer per direction in total; the pipeline fills
+      // one chunk per level.
+      const double depth = log2Ceil(n) + 1;
+      const double chunk = std::min(bytes / 2, m.chunkBytes) * m.codecRatio;
+      return 2 * depth * (slow.alphaSeconds + chunk * slow.betaSecondsPerByte) +
+             1.5 * bytes * m.codecRatio * slow.betaSecondsPerByte + reduce;
+    }
+    case Algorithm::kHalvingDoubling:
+      return halvingDoubling(n, bytes, slow, m);
+    case Algorithm::kHierarchical: {
+      if (!topology.uniform())
+        return std::numeric_limits<double>::infinity();
+      // Intra-host phases travel raw; the cross-host allreduce moves one shard per rank.
+      return ringPhase(perHost, bytes, 1.0, m.intraHost, m) +
+             halvingDoubling(hosts, bytes / perHost, m.interHost, m) +
+             ringPhase(perHost, bytes, 1.0, m.intraHost, m) + (perHost - 1.0) / perHost * reduce;
+    }
+  }
+  return std::numeric_limits<double>::infinity();
+}
+
+Algorithm cheapestAllReduce(const Topology& topology, double bytes, const CostModel& model) {
+  Algorithm best = Algorithm::kRing;
+  double bestTime = std::numeric_limits<double>::infinity();
+  for (Algorithm a : kAlgorithms) {
+    const double t = predictAllReduceSeconds(a, topology, bytes, model);
+    if (t < bestTime) {
+      bestTime = t;
+      best = a;
+    }
+  }
+  return best;
+}
+
+}  // namespace gs::stream

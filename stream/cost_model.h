@@ -1,0 +1,43 @@
+#pragma once
+
+#include <string>
+
+#include "stream/schedule.h"
+#include "stream/topology.h"
+
+namespace gs::stream {
+
+/// Cost of moving one message over one class of link: alpha + bytes * beta (Hockney).
+struct LinkCost {
+  double alphaSeconds = 20e-6;
+  double betaSecondsPerByte = 1e-9;  // 1 / bandwidth
+};
+
+/// The alpha-beta-gamma model the algorithm choice and the simulator (tools/sim) share.
+/// Plain value.
+struct CostModel {
+  LinkCost intraHost;  // ranks on one host (shm, or loopback tcp without it)
+  LinkCost interHost;
+  double gammaSecondsPerByte = 0.12e-9;  // reduce a[i] += b[i], bytes of one operand
+  double chunkBytes = 1 << 20;           // pipeline unit: a hop forwards after one chunk
+  /// Wire bytes per logical byte of the codec in use (1 raw, ~0.5 bf16, ~0.27 int8).
+  double codecRatio = 1.0;
+
+  /// Defaults measured on the reference machine (bench/README.md): tcp over loopback or a
+  /// veth pair, shm between processes of one host, loopback between threads.
+  static LinkCost measured(const std::string& transport);
+};
+
+/// Predicted seconds of one allreduce of `bytes` with `algo` on `topology`: closed forms of the
+/// schedules in schedule.h (rounds on the critical path times alpha, bytes on the busiest link
+/// times beta, bytes reduced times gamma, plus the pipeline fill of a chunk per round).
+/// Returns +inf when the algorithm cannot run on the topology (hierarchical on uneven hosts).
+double predictAllReduceSeconds(Algorithm algo,
+                               const Topology& topology,
+                               double bytes,
+                               const CostModel& model);
+
+/// The algorithm with the lowest prediction (ties: the earlier in kAlgorithms).
+Algorithm cheapestAllReduce(const Topology& topology, double bytes, const CostModel& model);
+
+}  // namespace gs::stream

@@ -1,0 +1,114 @@
+// Recursive halving-doubling allreduce (see halvingDoublingAllReduce in schedule.h).
+#include <algorithm>
+
+#include "common/error.h"
+#include "stream/schedule.h"
+#include "stream/schedule_build.h"
+
+namespace gs::stream {
+namespace build {
+
+// With G = P + R members (P a power of two, R < P), members 2j and 2j+1 for j < R fold: the
+// even one sends its whole range to the odd one and waits for the result. The P remaining
+// "virtual ranks" v run log2(P) halving rounds (at distance d = P/2 .. 1 the partner v ^ d gets
+// the half of the current block range on its side of d and reduces it) so v ends owning block v,
+// reduced and finalized; then log2(P) doubling rounds (d = 1 .. P/2) exchange the blocks held so
+// far, raw. Blocks are ringSegment pieces of the range, so any count works (empty blocks send
+// nothing).
+void appendHalvingDoubling(Schedule& s, const Group& g, BufferRange range, BufferId source) {
+  const int n = g.size(), i = g.index;
+  const BufferRange src{source, range.offset, range.count};
+  const BufferRange dst{BufferId::kRecv, range.offset, range.count};
+  if (n == 1) {
+    if (source != BufferId::kRecv)
+      s.localCopies.push_back({src, dst});
+    return;
+  }
+  int p = 1;
+  while (p * 2 <= n)
+    p *= 2;
+  const int rem = n - p;
+  if (i < 2 * rem && i % 2 == 0) {
+    Step out;
+    out.sendPeer = g.at(i + 1);
+    out.send = src;
+    s.steps.push_back(out);
+    Step back;
+    back.recvPeer = g.at(i + 1);
+    back.action = RecvAction::kCopy;
+    back.dst = dst;
+    back.recvCount = range.count;
+    s.steps.push_back(back);
+    return;
+  }
+  BufferId acc = source;
+  int v = i - rem;
+  if (i < 2 * rem) {
+    Step in;
+    in.recvPeer = g.at(i - 1);
+    in.action = RecvAction::kReduceWith;
+    in.operand = src;
+    in.dst = dst;
+    in.recvCount = range.count;
+    s.steps.push_back(in);
+    acc = BufferId::kRecv;
+    v = i / 2;
+  }
+  auto member = [&](int u) { return g.at(u < rem ? 2 * u + 1 : u + rem); };
+  auto block = [&](BufferId b, int j) {
+    BufferRange r = ringSegment(b, range.count, p, j);
+    r.offset += range.offset;
+    return r;
+  };
+  int lo = 0, hi = p;
+  for (int d = p / 2; d >= 1; d /= 2) {
+    const int mid = lo + (hi - lo) / 2;
+    const bool upper = (v & d) != 0;
+    const int keepLo = upper ? mid : lo, keepHi = upper ? hi : mid;
+    Step st;
+    st.sendPeer = st.recvPeer = member(v ^ d);
+    st.send = span(block, acc, upper ? lo : mid, upper ? mid : hi);
+    st.operand = span(block, acc, keepLo, keepHi);
+    st.recvCount = st.operand.count;
+    st.action = RecvAction::kReduceWith;
+    st.dst = span(block, BufferId::kRecv, keepLo, keepHi);
+    st.finalize = d == 1;
+    s.steps.push_back(st);
+    acc = BufferId::kRecv;
+    lo = keepLo;
+    hi = keepHi;
+  }
+  for (int d = 1; d < p; d *= 2) {
+    const bool upper = (v & d) != 0;
+    const int otherLo = upper ? lo - d : hi, otherHi = upper ? lo : hi + d;
+    Step st;
+    st.raw = true;
+    st.sendPeer = st.recvPeer = member(v ^ d);
+    st.send = span(block, BufferId::kRecv, lo, hi);
+    st.action = RecvAction::kCopy;
+    st.dst = span(block, BufferId::kRecv, otherLo, otherHi);
+    st.recvCount = st.dst.count;
+    s.steps.push_back(st);
+    lo = std::min(lo, otherLo);
+    hi = std::max(hi, otherHi);
+  }
+  if (i < 2 * rem) {
+    Step back;
+    back.raw = true;
+    back.sendPeer = g.at(i - 1);
+    back.send = dst;
+    s.steps.push_back(back);
+  }
+}
+
+}  // namespace build
+
+Schedule halvingDoublingAllReduce(int rank, int nranks, size_t count) {
+  Schedule s = build::base(CollectiveKind::kAllReduce, rank, nranks, 0, count);
+  s.sendCount = s.recvCount = count;
+  build::appendHalvingDoubling(s, build::Group::all(rank, nranks),
+                               BufferRange{BufferId::kRecv, 0, count}, BufferId::kSend);
+  return s;
+}
+
+}  // namespace gs::stream

@@ -1,0 +1,30 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace gs::stream {
+
+/// Which host each rank runs on, as the rendezvous saw it (hostnames, or GS_HOSTNAME). Hosts
+/// are numbered densely in order of their lowest rank. Plain value; safe to copy and share.
+struct Topology {
+  std::vector<int> hostOf;  // per rank
+
+  /// Groups ranks by name: ranks with equal names share a host.
+  static Topology fromHostNames(const std::vector<std::string>& names);
+  /// nranks ranks, perHost consecutive ranks per host (the last host may have fewer).
+  static Topology blocks(int nranks, int perHost);
+
+  int nranks() const { return static_cast<int>(hostOf.size()); }
+  int hosts() const;
+  /// The ranks of one host, ascending (local rank = position in this list).
+  std::vector<int> ranksOn(int host) const;
+  /// Position of rank among the ranks of its host.
+  int localRank(int rank) const;
+  /// Ranks on the most populated host.
+  int maxPerHost() const;
+  /// Every host has the same number of ranks.
+  bool uniform() const;
+};
+
+}  // namespace gs::stream
