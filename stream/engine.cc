@@ -272,9 +272,9 @@ struct Engine::Run {
         // The sum leaves encoded with the codec of the link that forwards it; raw steps (and raw
         // collectives) forward it raw.
         const codecs::Codec* out =
-            op.raw ? nullptr
-                   : (op.forwardedOn >= 0 ? codecOn(static_cast<size_t>(op.forwardedOn))
-                                          : args.codec);
+            op.raw
+                ? nullptr
+                : (op.forwardedOn >= 0 ? codecOn(static_cast<size_t>(op.forwardedOn)) : args.codec);
         if (out == nullptr && h.codec == static_cast<uint8_t>(codecs::CodecId::kRaw)) {
           // Raw in, raw out: reduce in the slot itself (decodeReduce allows dst == its input).
           why = dec.decodeReduce(args.dtype, args.op, payload, h.metaBytes, h.payloadBytes,
