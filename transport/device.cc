@@ -24,6 +24,7 @@ class OwnedRegion final : public MemoryRegion {
     free(memory_);
   }
   RemoteKey remoteKey() const override { return registration_->remoteKey(); }
+  const MemoryRegion& registered() const override { return registration_->registered(); }
 
  private:
   void* memory_;

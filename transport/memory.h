@@ -29,6 +29,9 @@ class MemoryRegion {
   void* data() const { return data_; }
   size_t size() const { return size_; }
   virtual RemoteKey remoteKey() const = 0;
+  /// The region that carries the backend's registration: this one, unless it wraps another
+  /// (memory owned by the region, Device::allocateRegion). Backends read their keys from it.
+  virtual const MemoryRegion& registered() const { return *this; }
 
  private:
   void* data_;

@@ -20,7 +20,7 @@ run() {  # run RANKS COLL DTYPE OP [extra...]
   fi
   # Every size row must report 0 wrong elements, and the run must end with the OK line.
   if ! grep -q "Out of bounds values : 0 OK" <<<"$out" ||
-    awk '/^ +[0-9]/ && $NF != 0 { bad = 1 } END { exit !bad }' <<<"$out"; then
+    awk '/^ +[0-9]/ && $9 != 0 { bad = 1 } END { exit !bad }' <<<"$out"; then
     echo "FAIL (wrong elements): $ranks ranks $coll $dtype $op $*"
     echo "$out"
     failed=1

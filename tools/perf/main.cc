@@ -303,6 +303,13 @@ struct Bench {
         auto t1 = std::chrono::steady_clock::now();
         times.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
       }
+      // The schedule the library chose (GS_ALGO, cost model) for the last timed iteration, read
+      // before the tool's own bookkeeping collectives below replace it.
+      gs_comm_stats_t st;
+      memset(&st, 0, sizeof(st));
+      st.struct_size = sizeof(st);
+      const char* algo =
+          gs_comm_stats(comm, &st) == GS_OK && st.last_algorithm[0] ? st.last_algorithm : "-";
       std::sort(times.begin(), times.end());
       const double us = maxOverRanks(times[times.size() / 2]);
       wrong = sumOverRanks(wrong);
@@ -311,12 +318,6 @@ struct Bench {
       const double factor = o.coll == "allreduce"   ? 2.0 * (nranks - 1) / nranks
                             : o.coll == "broadcast" ? 1.0
                                                     : static_cast<double>(nranks - 1) / nranks;
-      // The schedule the library chose (GS_ALGO, cost model) for the last iteration.
-      gs_comm_stats_t st;
-      memset(&st, 0, sizeof(st));
-      st.struct_size = sizeof(st);
-      const char* algo =
-          gs_comm_stats(comm, &st) == GS_OK && st.last_algorithm[0] ? st.last_algorithm : "-";
       if (rank == 0) {
         printf("  %10zu %12zu %8s %6s %5d %11.1f %11.3f %11.3f %7lld %s\n", sizeBytes,
                sizeBytes / esize, dtypeName(o.dtype),

@@ -47,6 +47,12 @@ Errc statusErrc(ibv_wc_status status) {
   }
 }
 
+// Regions come from this device (possibly wrapped: Device::allocateRegion), so the
+// registration behind them is a verbs Region.
+uint32_t lkeyOf(const MemoryRegion* region) {
+  return static_cast<const Region&>(region->registered()).lkey();
+}
+
 void modify(ibv_qp* qp, ibv_qp_attr& attr, int mask, const char* state, const std::string& who) {
   const int rc = ibv_modify_qp(qp, &attr, mask);
   GS_CHECK(rc == 0, Errc::kSystem, "verbs %s: cannot move QP 0x%x to %s: %s", who.c_str(),
@@ -296,10 +302,9 @@ PostResult Connection::postWrite(std::span<const LocalSegment> segments,
   for (const LocalSegment& s : segments) {
     if (s.length == 0)
       continue;
-    const auto* region = static_cast<const Region*>(s.region);
     sge[sges].addr = reinterpret_cast<uintptr_t>(s.data());
     sge[sges].length = static_cast<uint32_t>(s.length);
-    sge[sges].lkey = region->lkey();
+    sge[sges].lkey = lkeyOf(s.region);
     ++sges;
     bytes += s.length;
   }
@@ -338,7 +343,7 @@ PostResult Connection::postSend(const LocalSegment& segment, WorkId id) {
   if (completions_.room() <= reserve_ || qps_[0].sent.full())
     return PostResult::kWouldBlock;
   ibv_sge sge{reinterpret_cast<uintptr_t>(segment.data()), static_cast<uint32_t>(segment.length),
-              static_cast<const Region*>(segment.region)->lkey()};
+              lkeyOf(segment.region)};
   ibv_send_wr wr{};
   wr.sg_list = segment.length > 0 ? &sge : nullptr;
   wr.num_sge = segment.length > 0 ? 1 : 0;
@@ -352,7 +357,7 @@ PostResult Connection::postRecv(const LocalSegment& segment, WorkId id) {
   if (recvIds_.full())
     return PostResult::kWouldBlock;
   ibv_sge sge{reinterpret_cast<uintptr_t>(segment.data()), static_cast<uint32_t>(segment.length),
-              static_cast<const Region*>(segment.region)->lkey()};
+              lkeyOf(segment.region)};
   ibv_recv_wr wr{};
   wr.wr_id = recvWrId(0);
   wr.sg_list = &sge;
