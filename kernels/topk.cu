@@ -117,7 +117,8 @@ __global__ void __launch_bounds__(kThreads) topkCountKernel(const typename D::T*
                                                             TopkWs w,
                                                             bool all,
                                                             typename D::R* residual,
-                                                            uint32_t residualAlign) {
+                                                            uint32_t residualAlign,
+                                                            double factor) {
   using T = typename D::T;
   using R = typename D::R;
   using BlockReduce = cub::BlockReduce<uint64_t, kThreads>;
@@ -140,8 +141,11 @@ __global__ void __launch_bounds__(kThreads) topkCountKernel(const typename D::T*
     if (residual != nullptr && valid > 0) {
       R r[kGroup];
 #pragma unroll
-      for (int k = 0; k < static_cast<int>(kGroup); ++k)
+      for (int k = 0; k < static_cast<int>(kGroup); ++k) {
         r[k] = D::resLoad(x[k]) - D::resLoad(D::store(static_cast<typename D::C>(0)));
+        if (factor != 1.0)
+          r[k] = static_cast<R>(r[k] * factor);
+      }
       storeGroup(residual + i0, residualAlign, valid, r);
     }
     const uint64_t both = BlockReduce(temp).Sum((static_cast<uint64_t>(greater) << 32) | equal);
@@ -184,7 +188,8 @@ __global__ void __launch_bounds__(kThreads) topkWriteKernel(const typename D::T*
                                                             bool all,
                                                             uint64_t k,
                                                             uint8_t* out,
-                                                            typename D::R* residual) {
+                                                            typename D::R* residual,
+                                                            double factor) {
   using T = typename D::T;
   using C = typename D::C;
   using BlockScan = cub::BlockScan<uint64_t, kThreads>;
@@ -221,8 +226,13 @@ __global__ void __launch_bounds__(kThreads) topkWriteKernel(const typename D::T*
           const float v = static_cast<float>(D::load(x[j]));
           memcpy(out + 4 * pos, &idx, 4);
           memcpy(out + 4 * k + 4 * pos, &v, 4);
-          if (residual != nullptr)
-            residual[i0 + j] = D::resLoad(x[j]) - D::resLoad(D::store(static_cast<C>(v)));
+          if (residual != nullptr) {
+            using R = typename D::R;
+            R r = D::resLoad(x[j]) - D::resLoad(D::store(static_cast<C>(v)));
+            if (factor != 1.0)
+              r = static_cast<R>(r * factor);
+            residual[i0 + j] = r;
+          }
         }
       }
       g += isGreater;
@@ -388,11 +398,11 @@ void encodeT(const EncodeArgs& a, uint8_t* wsBase, cudaStream_t s) {
   }
   auto* residual = static_cast<typename D::R*>(a.residualOut);
   const uint32_t tileBlocks = dev::blocksFor(tiles, 1);
-  dev::topkCountKernel<D>
-      <<<tileBlocks, kThreads, 0, s>>>(src, align, n, w, all, residual, alignmentOf(residual));
+  dev::topkCountKernel<D><<<tileBlocks, kThreads, 0, s>>>(src, align, n, w, all, residual,
+                                                          alignmentOf(residual), a.residualFactor);
   dev::topkScanKernel<<<1, 1024, 0, s>>>(w, tiles, k);
   dev::topkWriteKernel<D>
-      <<<tileBlocks, kThreads, 0, s>>>(src, align, n, w, all, k, a.out, residual);
+      <<<tileBlocks, kThreads, 0, s>>>(src, align, n, w, all, k, a.out, residual, a.residualFactor);
   if (a.decodedOut != nullptr) {
     auto* dec = static_cast<T*>(a.decodedOut);
     dev::topkFillKernel<D>
