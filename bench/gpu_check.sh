@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check, in one step, on a machine with an NVIDIA GPU and the CUDA toolkit:
 #   1. configures build-gpu/ with GS_WITH_CUDA=ON (sm_90 only unless GS_CUDA_ARCHS says otherwise)
-#      and builds it with all cores;
+#      and builds, with all cores, what the check runs: the gpu tests and gs-gpu-bench
+#      (GS_GPU_FULL_BUILD=1 builds everything);
 #   2. runs the gpu-labelled tests (kernels vs the CPU codecs bit for bit on random data of odd
 #      sizes, poisoned outputs, NaN/Inf, stochastic rounding, error feedback, invalid chunks,
 #      enqueue-only under graph capture); a skipped test is a failure here;
@@ -9,6 +10,8 @@
 #      cudaMemcpy of the same run, PASS at >= 80 % of the copy's bandwidth (bytes read + written).
 # Exit status: 0 when everything passed; non-zero naming the failed stage otherwise. A log of
 # every stage lands in build-gpu/gpu_check.log. Bounded: about 2-4 minutes on an H200 box.
+# Needs what scripts/setup.sh installs (cmake, g++, Boost headers, GoogleTest; ninja optional)
+# plus the CUDA toolkit; it installs nothing itself (GPU machines may have no network).
 #   bench/gpu_check.sh                 # defaults
 #   GS_CUDA_ARCHS="90-real" GS_GPU_BUILD_DIR=/tmp/b bench/gpu_check.sh
 set -euo pipefail
@@ -47,8 +50,11 @@ cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DGS_B
 grep -q '#define GS_HAVE_CUDA 1' "$build/generated/gradstream/build_config.h" \
   || die "configured without CUDA"
 
-stage "build (-j$(nproc))"
-cmake --build "$build" -j"$(nproc)" >>"$log" 2>&1 || { tail -40 "$log"; die "build (see $log)"; }
+targets=(--target gpu_codec_test gs-gpu-bench)
+[[ "${GS_GPU_FULL_BUILD:-0}" == 1 ]] && targets=()
+stage "build (-j$(nproc)) ${targets[*]}"
+cmake --build "$build" -j"$(nproc)" "${targets[@]}" >>"$log" 2>&1 \
+  || { tail -40 "$log"; die "build (see $log)"; }
 
 stage "gpu tests (ctest -L gpu)"
 set +e
