@@ -64,8 +64,9 @@ set -e
 ran=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+:' "$build/gpu_tests.out" || true)
 [[ "$ran" -gt 0 ]] || die "no gpu tests were found (is tests/gpu built?)"
 if grep -qE '\(Skipped\)|\*\*\*Skipped|Not Run' "$build/gpu_tests.out"; then
-  grep -E 'Skipped|no CUDA device' "$build/gpu_tests.out" | head -5
-  die "gpu tests skipped on a machine that should have a GPU"
+  why=$("$build/tests/gpu/gpu_codec_test" --gtest_filter=GpuCodec.PointersAreClassified 2>&1 |
+        grep -m1 'no CUDA device' || true)
+  die "gpu tests skipped on a machine that should have a GPU: ${why:-see $log}"
 fi
 [[ "$rc" -eq 0 ]] || die "gpu tests (ctest exit $rc, output above and in $log)"
 echo "gpu tests: all $ran passed" | tee -a "$log"
