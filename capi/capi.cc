@@ -7,6 +7,7 @@
 #include <new>
 #include <string>
 
+#include "codecs/device_codec.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -16,6 +17,7 @@
 #include "control/gradient_stream.h"
 #include "control/launch_env.h"
 #include "control/unique_id.h"
+#include "gradstream/build_config.h"
 #include "gradstream/gradstream.h"
 
 struct gs_comm_s {
@@ -185,9 +187,28 @@ void checkOverlap(const void* send,
          inPlaceSend);
 }
 
+// Device buffers: the codec kernels exist (codecs/device_codec.h) but the engine does not stage
+// or encode device memory yet, so collectives take host memory (pageable, pinned or managed)
+// and refuse device memory by name instead of dereferencing it on the host.
 void checkStream(struct CUstream_st* stream) {
-  GS_CHECK(stream == nullptr, Errc::kUnsupported,
-           "cuda_stream must be NULL: this build of gradstream has no CUDA support");
+  GS_CHECK(stream == nullptr, Errc::kUnsupported, "%s",
+           GS_HAVE_CUDA ? "cuda_stream must be NULL: in this version the collectives take host "
+                          "buffers only (device buffers are not supported yet)"
+                        : "cuda_stream must be NULL: this build of gradstream has no CUDA support");
+}
+
+void checkHostBuffer(const void* p, const char* name) {
+  if (p == nullptr)
+    return;
+  const gs::codecs::BufferLocation where = gs::codecs::locateBuffer(p);
+  GS_CHECK(where != gs::codecs::BufferLocation::kDevice, Errc::kUnsupported,
+           "%s is CUDA device memory: in this version the collectives take host buffers only",
+           name);
+}
+
+void checkHostBuffers(const void* send, const void* recv) {
+  checkHostBuffer(send, "sendbuff");
+  checkHostBuffer(recv, "recvbuff");
 }
 
 // Reduce-scatter (the send buffer holds N blocks) and allgather (the recv buffer does): NULL
@@ -238,6 +259,7 @@ gs::stream::CollectiveArgs allreduceArgs(const void* send,
   communicator(comm);
   checkTypes(dtype, op);
   checkStream(stream);
+  checkHostBuffers(send, recv);
   const size_t bytes = bytesOf(count, dtype, 1, "count");
   GS_ARG(count == 0 || send != nullptr, "sendbuff is NULL");
   GS_ARG(count == 0 || recv != nullptr, "recvbuff is NULL");
@@ -438,6 +460,7 @@ gs_status_t gs_reduce_scatter(const void* sendbuff,
     auto& c = communicator(comm);
     checkTypes(dtype, op);
     checkStream(cuda_stream);
+    checkHostBuffers(sendbuff, recvbuff);
     checkBlockBuffers(c, sendbuff, recvbuff, recvcount, dtype, "recvcount", true);
     if (recvcount > 0) {
       c.run(reduceArgs(gs::stream::CollectiveKind::kReduceScatter, sendbuff, recvbuff, recvcount,
@@ -456,6 +479,7 @@ gs_status_t gs_allgather(const void* sendbuff,
     auto& c = communicator(comm);
     checkTypes(dtype, GS_SUM);
     checkStream(cuda_stream);
+    checkHostBuffers(sendbuff, recvbuff);
     checkBlockBuffers(c, sendbuff, recvbuff, sendcount, dtype, "sendcount", false);
     if (sendcount > 0) {
       c.run(reduceArgs(gs::stream::CollectiveKind::kAllGather, sendbuff, recvbuff, sendcount, dtype,
@@ -475,6 +499,7 @@ gs_status_t gs_broadcast(const void* sendbuff,
     auto& c = communicator(comm);
     checkTypes(dtype, GS_SUM);
     checkStream(cuda_stream);
+    checkHostBuffers(sendbuff, recvbuff);
     GS_ARG(root >= 0 && root < c.size(), "root %d is out of range [0, %d)", root, c.size());
     const size_t bytes = bytesOf(count, dtype, 1, "count");
     GS_ARG(count == 0 || c.rank() != root || sendbuff != nullptr, "sendbuff is NULL on the root");
@@ -584,6 +609,7 @@ gs_status_t gs_stream_open(gs_comm_t comm,
     auto& c = communicator(comm);
     GS_ARG(out_stream != nullptr, "out_stream is NULL");
     GS_ARG(count == 0 || buffer != nullptr, "buffer is NULL");
+    checkHostBuffer(buffer, "buffer");
     bytesOf(count, dtype, 1, "count");
     gs::control::GradientStreamConfig cfg;
     if (config != nullptr) {

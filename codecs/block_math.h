@@ -1,11 +1,10 @@
 #pragma once
 
 // Per-element and per-block arithmetic of the lossy codecs, written once as inline functions
-// that the CPU loops (codecs/cpu_loops.inc) and the future CUDA kernels (kernels/) both use, so
+// that the CPU loops (codecs/cpu_loops.inc) and the CUDA kernels (kernels/) both use, so
 // the CPU tests pin down the bits the GPU produces. Everything here is branch-light integer and
 // IEEE float arithmetic with no library calls beyond rintf/floorf, and no fused multiply-add
-// (the CPU build uses -ffp-contract=off; CUDA code must use __fmul_rn/__fadd_rn where nvcc could
-// contract).
+// (the CPU build uses -ffp-contract=off; kernels/ is compiled with nvcc --fmad=false).
 
 #include <math.h>  // rintf, floorf (also device functions under nvcc)
 
@@ -202,6 +201,19 @@ GS_INLINE int32_t quantizeInt(float x, float inv, float qmax, uint32_t rnd) {
 template <class F, bool kSr>
 GS_INLINE uint8_t quantizeFp8(float x, float inv, uint32_t rnd) {
   return floatToFp8<F, kSr>(clampAbs(x * inv, F::kMax), rnd);
+}
+
+// ---- reductions ------------------------------------------------------------------------------
+// Min/max propagate a NaN from either side (a's first), like NCCL and torch.minimum/maximum; they
+// select, never compute, so the NaN keeps its bits. Sum/prod are a + b and a * b.
+
+template <class C>
+GS_INLINE C minPropagateNan(C a, C b) {
+  return a != a ? a : (b != b ? b : (b < a ? b : a));
+}
+template <class C>
+GS_INLINE C maxPropagateNan(C a, C b) {
+  return a != a ? a : (b != b ? b : (a < b ? b : a));
 }
 
 /// int4 packing: element 2j in the low nibble of byte j, element 2j+1 in the high nibble; values

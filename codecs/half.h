@@ -1,7 +1,7 @@
 #pragma once
 
 // Scalar conversions between float and the 16-bit float formats, round-to-nearest-even.
-// Written as plain inline functions so the CPU path and (later) CUDA kernels share them.
+// Written as plain inline functions so the CPU path and the CUDA kernels (kernels/) share them.
 
 #include <cstdint>
 #include <cstring>

@@ -9,6 +9,7 @@
 #include "codecs/codec.h"
 #include "codecs/decoding_codec.h"
 #include "codecs/half.h"
+#include "codecs/topk_keep.h"
 #include "common/error.h"
 
 namespace gs::codecs {
@@ -187,17 +188,7 @@ class TopKCodec final : public DecodingCodec {
     return t == DataType::kFloat32 || t == DataType::kFloat16 || t == DataType::kBFloat16 ||
            t == DataType::kFloat64;
   }
-  /// k = ceil(fraction * count) (the product taken with a relative tolerance of 2^-23, so
-  /// 0.3 * 10 keeps 3), at most count, and at most count * elementSize / 8 + 512 so the encoding
-  /// never exceeds the raw size by more than 4096 bytes.
-  uint64_t keep(DataType dtype, uint64_t count) const {
-    const double x = static_cast<double>(fraction_) * static_cast<double>(count);
-    uint64_t k = static_cast<uint64_t>(std::ceil(x - x * 0x1p-23));
-    if (k > count)
-      k = count;
-    const uint64_t cap = count * elementSize(dtype) / 8 + 512;
-    return k > cap ? cap : k;
-  }
+  uint64_t keep(DataType dtype, uint64_t count) const { return topkKeep(fraction_, dtype, count); }
   size_t maxEncodedBytes(DataType dtype, size_t count) const override {
     return 8 * keep(dtype, count);
   }
