@@ -110,10 +110,16 @@ std::vector<std::unique_ptr<stream::Link>> connectPeerLinks(int nranks,
       const int p = pending[i];
       transport::Connection& c = *connections[p];
       const size_t n = c.poll(done);
+      bool failed = false;
       for (size_t k = 0; k < n; ++k) {
-        GS_CHECK(done[k].kind != transport::CompletionKind::kError && done[k].status == Errc::kOk,
-                 Errc::kRemote, "connection to rank %d failed while exchanging slot keys: %s", p,
-                 c.errorMessage().c_str());
+        if (done[k].kind == transport::CompletionKind::kError || done[k].status != Errc::kOk) {
+          // The peer may have our key and its own sent, then failed in its first collective
+          // (and closed) while we were still here: the engine reports that, with the abort
+          // notices that came with it, at our first collective. Without its key, init fails.
+          earlyByPeer[p].push_back(done[k]);
+          failed = true;
+          continue;
+        }
         if (done[k].kind == transport::CompletionKind::kRecv) {
           const SlotKeyMessage& m = messages[2 * static_cast<size_t>(p) + 1];
           GS_CHECK(done[k].length == sizeof(SlotKeyMessage) && m.magic == kSlotKeyMagic &&
@@ -129,6 +135,9 @@ std::vector<std::unique_ptr<stream::Link>> connectPeerLinks(int nranks,
         }
       }
       any |= n > 0;
+      GS_CHECK(!failed || left[p] == 0, Errc::kRemote,
+               "connection to rank %d failed while exchanging slot keys: %s", p,
+               c.errorMessage().c_str());
       if (left[p] == 0) {
         links[p]->attach(std::move(connections[p]), messages[2 * static_cast<size_t>(p) + 1].key);
         links[p]->earlyCompletions = std::move(earlyByPeer[p]);
