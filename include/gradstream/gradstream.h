@@ -86,7 +86,7 @@ typedef struct {
   int64_t timeout_ms;          /**< deadline for every wait; default 60000 */
   int64_t chunk_bytes;         /**< pipeline chunk size; default 1 MiB */
   const char* codec;           /**< wire codec: "raw" (default), "bf16", "int8", ... or "auto" */
-  const char* metrics_address; /**< Prometheus exporter address; reserved */
+  const char* metrics_address; /**< Prometheus exporter "host:port" (+ local rank); NULL: off */
   int64_t slots_per_peer;      /**< receive slots (chunks in flight) per peer; default 8 */
   int64_t sockets_per_peer;    /**< tcp sockets per peer; default 2 */
   /* codec = "auto": an adaptive controller picks each link's codec from a ladder. */
