@@ -417,15 +417,11 @@ void Connection::handle(const ibv_wc& wc) {
     if (failed_)
       return;  // flushed work after the first error says nothing new
     if (wc.status == IBV_WC_WR_FLUSH_ERR) {
-      // Flushed before any error of ours: the device moved the QP to the error state. Its async
-      // event (port down, QP fatal) says why, when there is one.
-      device_.serviceAsyncEvents();
-      if (failed_)
-        return;
-      fail(Errc::kSystem,
-           formatString("verbs %s: work request flushed: the QP entered the error state without "
-                        "an error of its own (port or link down?)",
-                        qpName(index).c_str()));
+      // Flushed work says the QP is in the error state, not why: the WR that failed may come
+      // later in this CQ (receive flushes and the send error share it), or an async event
+      // (port down, QP fatal) explains it. drain() decides once the batch is read.
+      if (flushedQp_ < 0)
+        flushedQp_ = static_cast<int>(index);
       return;
     }
     std::string why = formatString(
@@ -479,6 +475,15 @@ bool Connection::drain() {
       handle(wcs[i]);
     if (n < kBatch)
       break;
+  }
+  if (flushedQp_ >= 0 && !failed_) {
+    device_.serviceAsyncEvents();
+    if (!failed_) {
+      fail(Errc::kSystem,
+           formatString("verbs %s: work request flushed: the QP entered the error state without "
+                        "an error of its own (port or link down?)",
+                        qpName(static_cast<size_t>(flushedQp_)).c_str()));
+    }
   }
   // Consumed receives go back at once (one chained post per QP), so the peer never waits on
   // receiver-not-ready while this rank is polling.

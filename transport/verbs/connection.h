@@ -116,6 +116,7 @@ class Connection final : public transport::Connection {
   uint32_t pollCount_ = 0;
   bool failed_ = false;
   bool errorReported_ = false;
+  int flushedQp_ = -1;  // a QP whose work was flushed before any error explained it
   Errc status_ = Errc::kOk;
   std::string message_;
   std::string remoteDescription_;
