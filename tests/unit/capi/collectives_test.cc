@@ -158,10 +158,9 @@ class CollectivesTest : public ::testing::TestWithParam<Param> {
 
 const size_t kCounts[] = {0, 1, 3, 7, 1000, 4099};
 
-TEST_P(CollectivesTest, AllReduceEveryDtypeAndOp) {
-  const int n = nranks();
+void allReduceEveryDtypeAndOp(int n, const RankOptions& options) {
   Failures f;
-  runRanks(n, options(), [&](int rank, gs_comm_t comm) {
+  runRanks(n, options, [&](int rank, gs_comm_t comm) {
     for (int ti = 0; ti < 7; ++ti) {
       for (int oi = 0; oi < 5; ++oi) {
         const auto t = static_cast<gs_dtype_t>(ti);
@@ -193,6 +192,18 @@ TEST_P(CollectivesTest, AllReduceEveryDtypeAndOp) {
     }
   });
   EXPECT_TRUE(f.list.empty()) << f.list.front();
+}
+
+TEST_P(CollectivesTest, AllReduceEveryDtypeAndOp) {
+  allReduceEveryDtypeAndOp(nranks(), options());
+}
+
+// Halving-doubling reuses a link in a later step over other element ranges; its link queues
+// must go step by step (interleaved groups stalled 4 ranks here before).
+TEST_P(CollectivesTest, HalvingDoublingAllReduceEveryDtypeAndOp) {
+  RankOptions o = options();
+  o.algo = "halving_doubling";
+  allReduceEveryDtypeAndOp(nranks(), o);
 }
 
 TEST_P(CollectivesTest, ReduceScatterAllGatherBroadcast) {
