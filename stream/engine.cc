@@ -774,17 +774,9 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
     }
     const size_t chunkElements =
         std::max<size_t>(1, static_cast<size_t>(config_.chunkBytes) / esize);
-    // Ring-like schedules forward from slots, so their link queues go group by group (half the
-    // slots per group keeps the ring deadlock-free). Halving-doubling reuses a link in a later
-    // step whose chunks cover other element ranges: interleaved groups would put a chunk that
-    // waits on the peer's later step-0 chunks ahead of our own step-0 chunks, a cycle; step
-    // by step (one group of everything) has none, and it forwards nothing from slots.
-    const bool stepMajor =
-        args.kind == CollectiveKind::kAllReduce && args.algorithm == Algorithm::kHalvingDoubling;
-    const size_t groupChunks =
-        stepMajor ? SIZE_MAX : std::max<size_t>(1, static_cast<size_t>(config_.slotsPerPeer) / 2);
     p->plan = buildPlan({&p->schedule, send, recv, p->sendRegion.get(), p->recvRegion.get(), esize,
-                         chunkElements, groupChunks});
+                         chunkElements,
+                         std::max<size_t>(1, static_cast<size_t>(config_.slotsPerPeer) / 2)});
     for (auto& q : p->plan.links) {
       Link* link = q.peer >= 0 && q.peer < nranks_ ? links_[q.peer] : nullptr;
       GS_CHECK(link != nullptr && link->connected(), Errc::kInternal,

@@ -140,8 +140,22 @@ class PlanBuilder {
 
   // Places chunks into the link queues group by group, each group step by step. Sender and
   // receiver of a link derive the same order from the same schedule shape.
+  //
+  // Only steps of a forwarding chain (ring, chain, tree: chunk c of one step is forwarded as
+  // chunk c of the next, from the slot) need the groups: a receiver holding a group for
+  // forwarding keeps room for the next. Steps outside any chain (halving-doubling's, including
+  // hierarchical's across hosts) go whole in the first group: such a step may reuse a link in a
+  // later step over other element ranges, and interleaving their groups would queue a chunk
+  // that waits on the peer's later chunks of an earlier step ahead of our own, a cycle.
   void emitGroupMajor() {
     const size_t g = std::max<size_t>(1, in_.groupChunks);
+    std::vector<bool> chained(steps_.size(), false);
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      if (steps_[i].forwardsStep >= 0) {
+        chained[i] = true;
+        chained[static_cast<size_t>(steps_[i].forwardsStep)] = true;
+      }
+    }
     size_t maxChunks = 0;
     for (const StepChunks& sc : steps_)
       maxChunks = std::max({maxChunks, sc.sends.size(), sc.recvs.size()});
@@ -150,14 +164,18 @@ class PlanBuilder {
       sc.recvIndex.resize(sc.recvs.size());
     }
     for (size_t begin = 0; begin < maxChunks; begin += g) {
-      for (StepChunks& sc : steps_) {
-        for (size_t c = begin; c < std::min(begin + g, sc.sends.size()); ++c) {
+      for (size_t si = 0; si < steps_.size(); ++si) {
+        StepChunks& sc = steps_[si];
+        if (!chained[si] && begin > 0)
+          continue;  // emitted whole with the first group
+        const size_t end = chained[si] ? begin + g : SIZE_MAX;
+        for (size_t c = begin; c < std::min(end, sc.sends.size()); ++c) {
           auto& q = plan_.links[sc.sendLink].sends;
           sc.sendIndex[c] = static_cast<uint32_t>(q.size());
           accesses_[sc.sendAccess[c]].index = sc.sendIndex[c];
           q.push_back(sc.sends[c]);
         }
-        for (size_t c = begin; c < std::min(begin + g, sc.recvs.size()); ++c) {
+        for (size_t c = begin; c < std::min(end, sc.recvs.size()); ++c) {
           auto& q = plan_.links[sc.recvLink].recvs;
           sc.recvIndex[c] = static_cast<uint32_t>(q.size());
           accesses_[sc.recvAccess[c]].index = sc.recvIndex[c];

@@ -206,6 +206,15 @@ TEST_P(CollectivesTest, HalvingDoublingAllReduceEveryDtypeAndOp) {
   allReduceEveryDtypeAndOp(nranks(), o);
 }
 
+// Hierarchical with 2 ranks per "host" (host names from RankOptions::perHost): ring links inside
+// a host, halving-doubling links across hosts, in one plan.
+TEST_P(CollectivesTest, HierarchicalAllReduceEveryDtypeAndOp) {
+  RankOptions o = options();
+  o.algo = "hierarchical";
+  o.perHost = 2;
+  allReduceEveryDtypeAndOp(nranks(), o);
+}
+
 TEST_P(CollectivesTest, ReduceScatterAllGatherBroadcast) {
   const int n = nranks();
   Failures f;

@@ -253,9 +253,17 @@ std::string checkStructure(const RankPlan& rp) {
         return "recv destination address";
       }
     }
-    // Group-major order: (chunkIndex / g, step, chunkIndex) never decreases along a queue.
+    // Group-major order: (chunkIndex / g, step, chunkIndex) never decreases along a queue, where
+    // steps outside any forwarding chain count as group 0 (they go whole with the first group).
+    std::vector<bool> chained(s.steps.size(), false);
+    for (size_t k = 0; k < s.steps.size(); ++k) {
+      if (s.steps[k].forwards()) {
+        chained[k] = true;
+        chained.at(static_cast<size_t>(s.steps[k].forwardedStep(static_cast<int>(k)))) = true;
+      }
+    }
     auto key = [&](uint16_t step, uint32_t chunk) {
-      return std::make_tuple(chunk / g, step, chunk);
+      return std::make_tuple(chained.at(step) ? chunk / g : 0, step, chunk);
     };
     for (size_t i = 1; i < l.sends.size(); ++i) {
       if (key(l.sends[i].step, l.sends[i].chunkIndex) <=
