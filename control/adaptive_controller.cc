@@ -83,6 +83,16 @@ int AdaptiveController::rungOf(int peer) const {
   return -1;
 }
 
+int64_t AdaptiveController::proposedChunkBytes() const {
+  int64_t best = 0;
+  for (const LinkState& l : links_) {
+    const int64_t c = l.policy.current().chunkBytes;
+    if (c > 0 && (best == 0 || c < best))
+      best = c;
+  }
+  return best;
+}
+
 void AdaptiveController::apply(stream::Engine& engine, monitoring::Metrics& metrics) {
   for (const LinkState& l : links_) {
     const int rung = l.policy.current().rung;

@@ -47,6 +47,9 @@ class AdaptiveController {
   const codecs::CodecSpec& rung(int i) const { return ladder_[i]; }
   /// Current rung of the link to peer (-1: no such link).
   int rungOf(int peer) const;
+  /// The chunk size this rank proposes for its links: the smallest of its policies' decisions
+  /// (0: none yet). Ranks agree on the minimum of all proposals (Communicator).
+  int64_t proposedChunkBytes() const;
 
  private:
   struct LinkState {

@@ -13,7 +13,10 @@
 #include "control/peer_links.h"
 
 namespace gs::control {
+
 namespace {
+// codec=auto: ranks agree on the chunk size every this many adaptive collectives.
+constexpr uint64_t kChunkAgreementEvery = 8;
 
 constexpr uint32_t kPeerInfoMagic = 0x49505347;  // "GSPI"
 constexpr uint16_t kPeerInfoVersion = 1;
@@ -309,6 +312,8 @@ void Communicator::execute(const stream::CollectiveArgs& args) {
     // codec=auto: floating-point buffers with no codec of their own follow the controller.
     withCodec.adaptive = controller_ != nullptr && withCodec.codec == nullptr &&
                          codecs::residualElementSize(args.dtype) > 0;
+    if (withCodec.adaptive && ++adaptiveCalls_ % kChunkAgreementEvery == 0)
+      agreeOnChunkSize();
     if (withCodec.adaptive)
       controller_->begin(*metrics_);
     if (args.kind == stream::CollectiveKind::kAllReduce)
@@ -329,6 +334,29 @@ void Communicator::execute(const stream::CollectiveArgs& args) {
     if (!failure_)
       failure_ = e;
     throw;
+  }
+}
+
+void Communicator::agreeOnChunkSize() {
+  // Proposals above the slot size (or none yet) count as the slot size: chunks cannot grow
+  // beyond what a receive slot holds.
+  const int64_t slot = config_.chunkBytes;
+  const int64_t proposal = controller_->proposedChunkBytes();
+  int64_t mine = proposal > 0 ? std::min(proposal, slot) : slot;
+  int64_t agreed = 0;
+  stream::CollectiveArgs a;
+  a.kind = stream::CollectiveKind::kAllReduce;
+  a.send = &mine;
+  a.recv = &agreed;
+  a.count = 1;
+  a.dtype = DataType::kInt64;
+  a.op = ReduceOp::kMin;
+  engine_->run(a);
+  agreed = std::max<int64_t>(agreed, 4096);
+  if (agreed != engine_->chunkBytes()) {
+    GS_LOG_INFO("rank %d: chunk size %lld -> %lld bytes (agreed by all ranks)", rank_,
+                static_cast<long long>(engine_->chunkBytes()), static_cast<long long>(agreed));
+    engine_->setChunkBytes(agreed);
   }
 }
 

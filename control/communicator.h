@@ -92,6 +92,11 @@ class Communicator {
   Communicator(int nranks, int rank, const Config& config);
   void connect(const UniqueId& id);
   void execute(const stream::CollectiveArgs& args);  // holds execMutex_
+  /// codec=auto: every rank runs this before the same adaptive collective (every
+  /// kChunkAgreementEvery-th): a raw 8-byte MIN allreduce of the controllers' chunk proposals,
+  /// whose result every rank then applies, so all cut the next collectives alike.
+  void agreeOnChunkSize();
+  uint64_t adaptiveCalls_ = 0;  // guarded by execMutex_
   void progressLoop();
   void checkUsable() const;
   void recordCollective(const stream::CollectiveArgs& args, double seconds);

@@ -687,7 +687,8 @@ Engine::Engine(int rank,
       config_(config),
       abortFlag_(abortFlag),
       registrationPinsMemory_(device.properties().registrationPinsMemory),
-      topology_(Topology::blocks(nranks, nranks)) {
+      topology_(Topology::blocks(nranks, nranks)),
+      chunkBytes_(config.chunkBytes) {
   devices_.push_back(&device_);
   for (Link* link : links_) {
     if (link != nullptr &&
@@ -702,6 +703,13 @@ Engine::Engine(int rank,
 }
 
 Engine::~Engine() = default;
+
+void Engine::setChunkBytes(int64_t bytes) {
+  GS_CHECK(bytes >= 4096 && bytes <= config_.chunkBytes, Errc::kInvalidArgument,
+           "chunk size %lld outside [4096, %lld] (the receive slots hold one chunk)",
+           static_cast<long long>(bytes), static_cast<long long>(config_.chunkBytes));
+  chunkBytes_ = bytes;
+}
 
 void Engine::setLinkCodec(int peer, const codecs::Codec* codec) {
   if (peer < 0)
@@ -720,6 +728,7 @@ struct Engine::Prepared {
   std::vector<Run::LinkRun> links;
   uint64_t lastUse = 0;
   const char* algorithm = "ring";
+  int64_t chunkBytes = 0;  // chunk size the plan was cut with
   bool adaptive = false;
 
   bool matches(const CollectiveArgs& a) const {
@@ -735,13 +744,14 @@ constexpr size_t kPreparedCapacity = 16;
 
 Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
   for (auto& p : prepared_) {
-    if (p->matches(args)) {
+    if (p->matches(args) && p->chunkBytes == chunkBytes_) {
       p->lastUse = ++useClock_;
       return *p;
     }
   }
   auto p = std::make_unique<Prepared>();
   p->key = args;
+  p->chunkBytes = chunkBytes_;
   const size_t esize = elementSize(args.dtype);
   // One round of messages beats the ring's two while latency, not bandwidth, dominates.
   // (Raw only: with a lossy codec each rank would reduce its own exact value with the peer's
@@ -772,8 +782,7 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
     if (p->schedule.recvCount > 0) {
       p->recvRegion = device_.registerMemory(recv, p->schedule.recvCount * esize);
     }
-    const size_t chunkElements =
-        std::max<size_t>(1, static_cast<size_t>(config_.chunkBytes) / esize);
+    const size_t chunkElements = std::max<size_t>(1, static_cast<size_t>(chunkBytes_) / esize);
     p->plan = buildPlan({&p->schedule, send, recv, p->sendRegion.get(), p->recvRegion.get(), esize,
                          chunkElements,
                          std::max<size_t>(1, static_cast<size_t>(config_.slotsPerPeer) / 2)});

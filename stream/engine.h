@@ -97,6 +97,11 @@ class Engine {
   /// the first collective; must match on every rank.
   void setTopology(Topology topology) { topology_ = std::move(topology); }
 
+  /// Chunk size of the next collectives (bytes, at most the slot size config.chunkBytes; every
+  /// rank must set the same value before the same collective: codec=auto agrees on it).
+  void setChunkBytes(int64_t bytes);
+  int64_t chunkBytes() const { return chunkBytes_; }
+
   /// Per-peer counters the data path updates (relaxed atomics; set up before the first
   /// collective; entries may be null).
   void setLinkCounters(std::vector<monitoring::LinkCounters*> byPeer) {
@@ -151,6 +156,7 @@ class Engine {
   uint32_t errorSampleEvery_ = 16;
   uint64_t lossyChunks_ = 0;  // chunks encoded by a lossy codec (error sampling clock)
   Topology topology_;
+  int64_t chunkBytes_ = 0;  // config_.chunkBytes until setChunkBytes()
   int spinRounds_ = 8;
   const codecs::Codec& decoder(uint8_t id) const { return *decoders_[id]; }
 };

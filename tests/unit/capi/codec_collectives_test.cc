@@ -270,6 +270,51 @@ TEST(AutoCodec, ReplicasBitIdenticalWhateverEachLinkChooses) {
   }
 }
 
+// codec=auto also sets the chunk size: the policies' decisions (here at most 256 KiB) are agreed
+// by all ranks (a MIN every 8 adaptive collectives) and cut the following collectives, so the
+// same 4 MiB allreduce later moves in more, smaller chunks on every rank, and replicas stay
+// bit-identical.
+TEST(AutoCodec, RanksAgreeOnTheControllersChunkSize) {
+  constexpr int n = 3;
+  RankOptions opt;
+  opt.transport = "loopback";
+  opt.chunkBytes = 1 << 20;  // slots hold 1 MiB chunks; the first collectives use them whole
+  opt.codec = "auto";
+  opt.chunkMinBytes = 64 << 10;
+  opt.chunkMaxBytes = 256 << 10;
+  constexpr size_t kCount = 1 << 20;
+  constexpr int kIters = 20;
+  std::vector<std::vector<float>> out(n, std::vector<float>(kCount));
+  std::vector<std::string> errors(n);
+  std::vector<uint64_t> firstChunks(n), lastChunks(n);
+  runRanks(n, opt, [&](int rank, gs_comm_t comm) {
+    uint64_t before = 0;
+    for (int it = 0; it < kIters && errors[rank].empty(); ++it) {
+      std::vector<float> in = input(rank * 7 + it, kCount);
+      if (gs_allreduce(in.data(), out[rank].data(), kCount, GS_FLOAT32, GS_SUM, comm, nullptr) !=
+          GS_OK) {
+        errors[rank] = gs_last_error();
+        break;
+      }
+      gs_comm_stats_t st;
+      st.struct_size = sizeof(st);
+      ASSERT_EQ(gs_comm_stats(comm, &st), GS_OK);
+      if (it == 0)
+        firstChunks[rank] = st.chunks_sent - before;
+      lastChunks[rank] = st.chunks_sent - before;
+      before = st.chunks_sent;
+    }
+  });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_GE(lastChunks[r], 3 * firstChunks[r])
+        << "rank " << r << ": " << firstChunks[r] << " chunks in the first allreduce, "
+        << lastChunks[r] << " in the last: the agreed chunk size was not applied";
+  }
+  for (int r = 1; r < n; ++r)
+    EXPECT_EQ(memcmp(out[0].data(), out[r].data(), kCount * sizeof(float)), 0) << "rank " << r;
+}
+
 TEST(CodecConfig, AutoRejectsAFloorOutsideTheLadder) {
   gs_unique_id_t id;
   ASSERT_EQ(gs_get_unique_id(&id), GS_OK);

@@ -21,6 +21,8 @@ struct RankOptions {
   const char* codec = nullptr;
   const char* codecLadder = nullptr;  // codec = "auto"
   const char* codecFloor = nullptr;
+  int64_t chunkMinBytes = -1;  // codec = "auto": bounds of the chunk-size decision
+  int64_t chunkMaxBytes = -1;
   const char* algo = nullptr;  // GS_ALGO
   int perHost = 0;             // > 0: ranks get host names "host<rank / perHost>"
 };
@@ -44,6 +46,8 @@ inline void runRanks(int nranks,
       cfg.codec = opt.codec;
       cfg.codec_ladder = opt.codecLadder;
       cfg.codec_floor = opt.codecFloor;
+      cfg.chunk_min_bytes = opt.chunkMinBytes;
+      cfg.chunk_max_bytes = opt.chunkMaxBytes;
       cfg.algo = opt.algo;
       const std::string host = "host" + std::to_string(opt.perHost > 0 ? r / opt.perHost : 0);
       if (opt.perHost > 0)
