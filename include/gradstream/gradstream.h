@@ -95,10 +95,10 @@ typedef struct {
   int64_t chunk_min_bytes;  /**< chunk size bounds of the controller; default 256 KiB */
   int64_t chunk_max_bytes;  /**< default 2 MiB */
   double error_budget;      /**< relative L2 error allowed on sampled lossy chunks; default 0.05 */
-  const char* algo;            /**< allreduce algorithm: "auto" (default, cost model), "ring",
-                                    "tree", "halving_doubling", "hierarchical" */
-  const char* hostname;        /**< groups ranks into hosts; default gethostname() */
-  int64_t shm;                 /**< 1 (default): shared memory between ranks of one host; 0 off */
+  const char* algo;         /**< allreduce algorithm: "auto" (default, cost model), "ring",
+                                 "tree", "halving_doubling", "hierarchical" */
+  const char* hostname;     /**< groups ranks into hosts; default gethostname() */
+  int64_t shm;              /**< 1 (default): shared memory between ranks of one host; 0 off */
 } gs_config_t;
 
 /** Fills *config with "unset" for every field. Returns GS_ERR_INVALID_ARGUMENT for NULL. */

@@ -1,6 +1,5 @@
 #include "transport/tcp/device.h"
 
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,8 +41,6 @@ Device::Device(const DeviceOptions& options) : regions_(std::make_shared<RegionT
            "tcp: bind address %s is a wildcard; peers need a concrete address to dial",
            bind.c_str());
   listener_ = std::make_unique<Listener>(io_, address, params_);
-  eventFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  GS_CHECK_ERRNO(eventFd_);
   GS_LOG_DEBUG("tcp: rank %d listening on %s", params_.rank,
                endpointText(listener_->endpoint()).c_str());
 }
@@ -55,8 +52,6 @@ Device::~Device() {
       GS_LOG_ERROR("tcp device destroyed with %zu live connections", connections_.size());
     }
   }
-  if (eventFd_ >= 0)
-    ::close(eventFd_);
 }
 
 DeviceProperties Device::properties() const {
@@ -100,31 +95,18 @@ void Device::detach(Connection* connection) {
 
 void Device::waitForActivity(std::chrono::microseconds maxWait) {
   pollFds_.clear();
-  pollFds_.push_back(pollfd{eventFd_, POLLIN, 0});
+  pollFds_.push_back(wakeup_.pollFd());
   {
     std::lock_guard lock(connectionsMutex_);
     for (Connection* c : connections_)
       c->appendPollFds(pollFds_);
   }
-  if (maxWait.count() < 0)
-    maxWait = std::chrono::microseconds(0);
-  timespec ts{static_cast<time_t>(maxWait.count() / 1000000),
-              static_cast<long>(maxWait.count() % 1000000) * 1000};
-  int n = ::ppoll(pollFds_.data(), pollFds_.size(), &ts, nullptr);
-  if (n > 0 && (pollFds_[0].revents & POLLIN)) {
-    uint64_t value;
-    // Drains the counter so the next wait blocks again; EAGAIN means someone else drained it.
-    if (::read(eventFd_, &value, sizeof(value)) < 0 && errno != EAGAIN) {
-      GS_LOG_DEBUG("tcp: eventfd read failed: %s", strerror(errno));
-    }
-  }
+  if (pollFor(pollFds_, maxWait) > 0 && (pollFds_[0].revents & POLLIN))
+    wakeup_.drain();
 }
 
 void Device::interrupt() {
-  uint64_t one = 1;
-  if (::write(eventFd_, &one, sizeof(one)) < 0 && errno != EAGAIN) {
-    GS_LOG_WARN("tcp: interrupt failed: %s", strerror(errno));
-  }
+  wakeup_.notify();
 }
 
 }  // namespace gs::transport::tcp

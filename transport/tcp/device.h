@@ -11,6 +11,7 @@
 #include "transport/device.h"
 #include "transport/region_table.h"
 #include "transport/tcp/handshake.h"
+#include "transport/wakeup.h"
 
 namespace gs::transport::tcp {
 
@@ -48,7 +49,7 @@ class Device final : public transport::Device {
   boost::asio::io_context io_;
   std::shared_ptr<RegionTable> regions_;
   std::unique_ptr<Listener> listener_;
-  int eventFd_ = -1;
+  Wakeup wakeup_;
   std::mutex connectionsMutex_;
   std::vector<Connection*> connections_;
   std::vector<pollfd> pollFds_;  // reused by waitForActivity

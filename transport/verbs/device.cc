@@ -1,7 +1,6 @@
 #include "transport/verbs/device.h"
 
 #include <fcntl.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -91,8 +90,6 @@ Device::Device(const DeviceOptions& options)
              bind.c_str());
     listener_ = std::make_unique<tcp::Listener>(io_, address, params_);
     listener_->setServiceHook([this] { progressPassive(); });
-    eventFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    GS_CHECK_ERRNO(eventFd_);
   } catch (...) {
     cache_.reset();
     if (channel_ != nullptr)
@@ -113,8 +110,6 @@ Device::~Device() {
   }
   passive_.clear();
   listener_.reset();
-  if (eventFd_ >= 0)
-    ::close(eventFd_);
   // Regions keep the cache alive; if one outlives us its MR pins the PD, which then leaks
   // rather than failing under a registration still in use.
   const bool regionsLeft = cache_.use_count() > 1;
@@ -137,8 +132,9 @@ DeviceProperties Device::properties() const {
   p.name = "verbs:" + port_.name();
   p.bandwidthGbps = portGbps(port_.attr);
   p.latencyUs = 2;
-  p.supportsGpuMemory = gpuMemoryPath().rfind("GPUDirect", 0) == 0;
-  p.supportsDmaBuf = gpuMemoryPath().find("DMA-BUF") != std::string::npos;
+  const std::string gpu = gpuMemoryPath();
+  p.supportsGpuMemory = gpu.rfind("GPUDirect", 0) == 0;
+  p.supportsDmaBuf = gpu.find("DMA-BUF") != std::string::npos;
   p.maxWriteBytes = port_.attr.max_msg_sz;
   p.registrationPinsMemory = true;
   return p;
@@ -333,7 +329,7 @@ void Device::serviceAsyncEvents() noexcept {
 
 void Device::waitForActivity(std::chrono::microseconds maxWait) {
   pollFds_.clear();
-  pollFds_.push_back(pollfd{eventFd_, POLLIN, 0});
+  pollFds_.push_back(wakeup_.pollFd());
   pollFds_.push_back(pollfd{channel_->fd, POLLIN, 0});
   pollFds_.push_back(pollfd{port_.context->async_fd, POLLIN, 0});
   {
@@ -348,18 +344,10 @@ void Device::waitForActivity(std::chrono::microseconds maxWait) {
     for (Connection* c : connections_)
       c->appendPollFds(pollFds_);
   }
-  if (maxWait.count() < 0)
-    maxWait = std::chrono::microseconds(0);
-  timespec ts{static_cast<time_t>(maxWait.count() / 1000000),
-              static_cast<long>(maxWait.count() % 1000000) * 1000};
-  const int n = ::ppoll(pollFds_.data(), pollFds_.size(), &ts, nullptr);
-  if (n <= 0)
+  if (pollFor(pollFds_, maxWait) <= 0)
     return;
-  if (pollFds_[0].revents & POLLIN) {
-    uint64_t value;
-    if (::read(eventFd_, &value, sizeof(value)) < 0 && errno != EAGAIN)
-      GS_LOG_DEBUG("verbs: eventfd read failed: %s", strerror(errno));
-  }
+  if (pollFds_[0].revents & POLLIN)
+    wakeup_.drain();
   if (pollFds_[1].revents & POLLIN)
     drainChannel();
   if (pollFds_[2].revents & POLLIN)
@@ -375,9 +363,7 @@ void Device::waitForActivity(std::chrono::microseconds maxWait) {
 }
 
 void Device::interrupt() {
-  uint64_t one = 1;
-  if (::write(eventFd_, &one, sizeof(one)) < 0 && errno != EAGAIN)
-    GS_LOG_WARN("verbs: interrupt failed: %s", strerror(errno));
+  wakeup_.notify();
 }
 
 }  // namespace gs::transport::verbs

@@ -15,6 +15,7 @@
 #include "transport/verbs/qp_handshake.h"
 #include "transport/verbs/registration.h"
 #include "transport/verbs/wire.h"
+#include "transport/wakeup.h"
 
 namespace gs::transport::verbs {
 
@@ -78,7 +79,7 @@ class Device final : public transport::Device {
   std::shared_ptr<RegistrationCache> cache_;
   boost::asio::io_context io_;
   std::unique_ptr<tcp::Listener> listener_;
-  int eventFd_ = -1;
+  Wakeup wakeup_;
   // Recursive: a flushed work completion drained inside waitForActivity() reads the async
   // events (which take it again) to say why.
   std::recursive_mutex connectionsMutex_;
