@@ -6,6 +6,7 @@
 #include "gradstream/build_config.h"
 #include "transport/device.h"
 #include "transport/loopback/device.h"
+#include "transport/shm/device.h"
 #include "transport/tcp/device.h"
 #if GS_HAVE_VERBS
 #include "transport/verbs/device.h"
@@ -19,6 +20,8 @@ std::unique_ptr<Device> createDevice(const std::string& name, const DeviceOption
     return std::make_unique<tcp::Device>(options);
   if (name == "loopback")
     return std::make_unique<loopback::Device>(options);
+  if (name == "shm")
+    return std::make_unique<shm::Device>(options);
   if (name == "verbs") {
 #if GS_HAVE_VERBS
     return std::make_unique<verbs::Device>(options);
@@ -28,7 +31,7 @@ std::unique_ptr<Device> createDevice(const std::string& name, const DeviceOption
 #endif
   }
   throw Error(Errc::kInvalidArgument,
-              formatString("unknown transport \"%s\" (expected tcp, verbs, loopback or auto)",
+              formatString("unknown transport \"%s\" (expected tcp, verbs, shm, loopback or auto)",
                            name.c_str()));
 }
 
