@@ -421,6 +421,7 @@ gs_status_t gs_comm_stats(gs_comm_t comm, gs_comm_stats_t* out_stats) {
     v.last_busbw = st.lastBusbw;
     snprintf(v.metrics_address, sizeof(v.metrics_address), "%s", st.metricsAddress.c_str());
     snprintf(v.last_algorithm, sizeof(v.last_algorithm), "%s", st.lastAlgorithm.c_str());
+    snprintf(v.transport, sizeof(v.transport), "%s", c.transportName().c_str());
     // Versioned copy: only what the caller's struct has room for.
     memcpy(out_stats, &v, v.struct_size);
   });

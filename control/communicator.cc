@@ -9,6 +9,7 @@
 #include "common/bytes.h"
 #include "common/log.h"
 #include "control/bootstrap.h"
+#include "control/link_transports.h"
 #include "control/net.h"
 #include "control/peer_links.h"
 
@@ -19,18 +20,21 @@ namespace {
 constexpr uint64_t kChunkAgreementEvery = 8;
 
 constexpr uint32_t kPeerInfoMagic = 0x49505347;  // "GSPI"
-constexpr uint16_t kPeerInfoVersion = 1;
+// 2: shmAddress after address.
+constexpr uint16_t kPeerInfoVersion = 2;
 constexpr int64_t kRendezvousGraceMs = 2000;
+constexpr size_t kMaxAddressBytes = 4096;
 
 // What each rank tells every other through the rendezvous.
 struct PeerInfo {
   std::string hostname;
   int32_t pid = 0;
-  std::string transport;
+  std::string transport;  // the network transport (tcp, verbs, loopback): must match
   int64_t chunkBytes = 0;
   int64_t slots = 0;
   std::string codec;
-  std::vector<uint8_t> address;                                    // transport blob
+  std::vector<uint8_t> address;     // network transport blob
+  std::vector<uint8_t> shmAddress;  // shm device blob; empty: no shm device on this rank
   std::vector<std::pair<int32_t, transport::RemoteKey>> slotKeys;  // (for peer, its slots)
 
   std::vector<uint8_t> serialize() const {
@@ -44,6 +48,7 @@ struct PeerInfo {
     w.put(slots);
     w.putString(codec);
     w.putBytes(address);
+    w.putBytes(shmAddress);
     w.put(static_cast<uint32_t>(slotKeys.size()));
     for (const auto& [peer, key] : slotKeys) {
       w.put(peer);
@@ -63,7 +68,9 @@ struct PeerInfo {
     p.chunkBytes = r.get<int64_t>();
     p.slots = r.get<int64_t>();
     p.codec = r.getString(256);
-    p.address = r.getBytes(4096);
+    // getBytes bounds each length (bytes from the network are untrusted).
+    p.address = r.getBytes(kMaxAddressBytes);
+    p.shmAddress = r.getBytes(kMaxAddressBytes);
     const auto n = r.get<uint32_t>();
     GS_CHECK(n <= 64, Errc::kRemote, "rank %d sent %u slot keys", rank, n);
     for (uint32_t i = 0; i < n; ++i) {
@@ -164,7 +171,7 @@ void Communicator::connect(const UniqueId& id) {
   const Deadline deadline = Deadline::afterMs(config_.timeoutMs);
   BootstrapClient bootstrap = BootstrapClient::connect(id, rank_, nranks_, deadline);
 
-  transportName_ = transport::resolveTransportName(config_.transport, config_);
+  networkTransport_ = transport::resolveTransportName(config_.transport, config_);
   transport::DeviceOptions options;
   options.rank = rank_;
   options.nranks = nranks_;
@@ -175,7 +182,8 @@ void Communicator::connect(const UniqueId& id) {
                                                      : interfaceAddress(config_.socketIfname);
   memcpy(&options.fabricId, id.secret.data(), sizeof(options.fabricId));
   options.config = config_;
-  device_ = transport::createDevice(transportName_, options);
+  device_ = transport::createDevice(networkTransport_, options);
+  shmDevice_ = openShmDevice(networkTransport_, options, shmState_);
 
   stream::SlotLayout layout;
   layout.slots = static_cast<size_t>(config_.slotsPerPeer);
@@ -183,11 +191,13 @@ void Communicator::connect(const UniqueId& id) {
   PeerInfo mine;
   mine.hostname = config_.hostname.empty() ? hostName() : config_.hostname;
   mine.pid = static_cast<int32_t>(getpid());
-  mine.transport = transportName_;
+  mine.transport = networkTransport_;
   mine.chunkBytes = config_.chunkBytes;
   mine.slots = config_.slotsPerPeer;
   mine.codec = config_.codec;
   mine.address = device_->address();
+  if (shmDevice_)
+    mine.shmAddress = shmDevice_->address();
 
   // The rendezvous server owns the timeout (it names the ranks that never arrived); wait a
   // little longer than it so its verdict, not our own deadline, is what the caller sees.
@@ -214,12 +224,35 @@ void Communicator::connect(const UniqueId& id) {
     algorithms_ = {stream::Algorithm::kRing};
   }
   const std::set<int> neighbours = schedulePeers(rank_, topology_, algorithms_);
+  std::vector<TransportEndpoint> transports(nranks_);
+  for (int r = 0; r < nranks_; ++r)
+    transports[r] = {infos[r].hostname, infos[r].shmAddress};
   std::vector<PeerEndpoint> endpoints;
-  for (int p : neighbours)
-    endpoints.push_back({p, device_.get(), infos[p].address});
+  std::vector<std::string> linkTransport(nranks_);  // by peer: what carries its link
+  int shmLinks = 0, localOverNetwork = 0;
+  for (int p : neighbours) {
+    if (shmDevice_ && shmBetween(transports[rank_], transports[p])) {
+      endpoints.push_back({p, shmDevice_.get(), infos[p].shmAddress});
+      linkTransport[p] = "shm";
+      ++shmLinks;
+    } else {
+      endpoints.push_back({p, device_.get(), infos[p].address});
+      linkTransport[p] = networkTransport_;
+      localOverNetwork += infos[p].hostname == infos[rank_].hostname ? 1 : 0;
+    }
+  }
+  const int networkLinks = static_cast<int>(neighbours.size()) - shmLinks;
+  transportName_ = linkTransportsName(networkTransport_, shmLinks, networkLinks);
+  if (shmState_ == ShmState::kUnused && shmLinks > 0)
+    shmState_ = ShmState::kInUse;
+  if (shmLinks == 0)
+    shmDevice_.reset();  // no peer chose it either (the choice is symmetric): free its segment
+  logLinkTransports(shmLinks, networkLinks, localOverNetwork);
   links_ = connectPeerLinks(nranks_, endpoints, layout, deadline);
-  costModel_.intraHost = stream::CostModel::measured(transportName_);
-  costModel_.interHost = stream::CostModel::measured(transportName_);
+  // Every rank computes both from all records: the algorithm choice must agree everywhere.
+  costModel_.intraHost =
+      stream::CostModel::measured(shmWithinHosts(transports) ? "shm" : networkTransport_);
+  costModel_.interHost = stream::CostModel::measured(networkTransport_);
   costModel_.chunkBytes = static_cast<double>(config_.chunkBytes);
   // Wire bytes per logical byte of a full fp32 chunk (an upper bound for top-k).
   costModel_.codecRatio =
@@ -234,19 +267,23 @@ void Communicator::connect(const UniqueId& id) {
       std::make_unique<monitoring::Metrics>(config_, rank_, nranks_, localRank, transportName_);
   std::vector<monitoring::LinkCounters*> counters(nranks_, nullptr);
   for (int p : neighbours) {
-    counters[p] = &metrics_->addLink(p);
+    counters[p] = &metrics_->addLink(p, linkTransport[p]);
     counters[p]->setChunkSize(static_cast<uint64_t>(config_.chunkBytes));
     counters[p]->setCodecRung(codec_ ? static_cast<int>(codec_->id()) : 0);
   }
-  metrics_->setTransportInfo({{"device", transportName_},
+  metrics_->setTransportInfo({{"device", networkTransport_},
                               {"port", options.bindAddress},
                               {"gid_index", "none"},
-                              {"memory_path", "host"}});
+                              {"memory_path", "host"},
+                              {"shm", shmStateName(shmState_)}});
 
   std::vector<stream::Link*> raw(nranks_, nullptr);
   for (int p = 0; p < nranks_; ++p)
     raw[p] = links_[p].get();
-  engine_ = std::make_unique<stream::Engine>(rank_, nranks_, *device_, raw, config_, aborted_);
+  // The engine registers the caller's buffers with its primary device first: make that one
+  // that serves links (a verbs device serving none would pin pages for nothing).
+  transport::Device& primary = networkLinks == 0 && shmLinks > 0 ? *shmDevice_ : *device_;
+  engine_ = std::make_unique<stream::Engine>(rank_, nranks_, primary, raw, config_, aborted_);
   engine_->setLinkCounters(std::move(counters));
   engine_->setTopology(topology_);
   if (isAutoCodec(config_.codec)) {
@@ -291,6 +328,23 @@ Communicator::~Communicator() {
   }
   if (engine_ && healthy)
     engine_->farewell(Deadline::afterMs(std::min<int64_t>(config_.timeoutMs, 10000)));
+}
+
+void Communicator::logLinkTransports(int shmLinks, int networkLinks, int localOverNetwork) const {
+  // Nothing to say when shm was not considered and no peer shares the host, or for loopback
+  // (threads of one process: every peer is local and none needs shm).
+  if ((shmState_ == ShmState::kOff && localOverNetwork == 0) || networkTransport_ == "loopback")
+    return;
+  std::string why;
+  if (localOverNetwork > 0) {
+    why = formatString(" (%d of them on this host: shm %s)", localOverNetwork,
+                       shmState_ == ShmState::kOff           ? "is off here"
+                       : shmState_ == ShmState::kUnavailable ? "is unavailable here"
+                                                             : "is not usable with them");
+  }
+  GS_LOG_INFO("rank %d: shm to %d local peer%s, %s to %d peer%s%s", rank_, shmLinks,
+              shmLinks == 1 ? "" : "s", networkTransport_.c_str(), networkLinks,
+              networkLinks == 1 ? "" : "s", why.c_str());
 }
 
 void Communicator::checkUsable() const {
@@ -488,6 +542,8 @@ void Communicator::abort() {
   aborted_.store(true);
   if (device_)
     device_->interrupt();
+  if (shmDevice_)
+    shmDevice_->interrupt();
   // When no collective is running, tell the peers here; otherwise the running one does.
   std::unique_lock<std::mutex> lock(execMutex_, std::try_to_lock);
   if (lock.owns_lock() && engine_)

@@ -14,6 +14,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "control/adaptive_controller.h"
+#include "control/link_transports.h"
 #include "control/unique_id.h"
 #include "monitoring/metrics.h"
 #include "stream/cost_model.h"
@@ -67,6 +68,9 @@ class Communicator {
   int rank() const { return rank_; }
   int size() const { return nranks_; }
   const Config& config() const { return config_; }
+  /// The transports carrying this rank's links: the network one ("tcp", "verbs", "loopback"),
+  /// "shm" when every link is over shared memory, or "shm+tcp" / "shm+verbs" when both serve
+  /// links. Set by create(); per rank (a rank with no same-host peer says "tcp").
   std::string transportName() const { return transportName_; }
 
   /// Runs a collective to completion on this rank. Throws gs::Error.
@@ -99,20 +103,24 @@ class Communicator {
   uint64_t adaptiveCalls_ = 0;  // guarded by execMutex_
   void progressLoop();
   void checkUsable() const;
+  void logLinkTransports(int shmLinks, int networkLinks, int localOverNetwork) const;
   void recordCollective(const stream::CollectiveArgs& args, double seconds);
   stream::Algorithm chooseAlgorithm(const stream::CollectiveArgs& args);  // holds execMutex_
 
   int nranks_;
   int rank_;
   Config config_;
-  std::string transportName_;
+  std::string networkTransport_;  // resolved GS_TRANSPORT: tcp, verbs or loopback
+  std::string transportName_;     // see transportName()
+  ShmState shmState_ = ShmState::kOff;
   stream::Topology topology_;
   std::vector<stream::Algorithm> algorithms_;  // what GS_ALGO allows, see allowedAlgorithms
   stream::CostModel costModel_;
   stream::Algorithm lastChoice_ = stream::Algorithm::kRing;
-  // Declared in acquisition order: links and engine go before the device they use, the engine
+  // Declared in acquisition order: links and engine go before the devices they use, the engine
   // before the metrics it updates.
-  std::unique_ptr<transport::Device> device_;
+  std::unique_ptr<transport::Device> device_;     // the network transport
+  std::unique_ptr<transport::Device> shmDevice_;  // same-host peers; null when off or unavailable
   std::vector<std::unique_ptr<stream::Link>> links_;
   std::unique_ptr<monitoring::Metrics> metrics_;
   std::unique_ptr<stream::Engine> engine_;

@@ -98,14 +98,23 @@ std::vector<Family> Metrics::State::collect() const {
              "Unix time of the last chunk completed or received on a link", T::kGauge);
   {
     std::lock_guard<std::mutex> lock(mu);
-    for (const auto& lc : links) {
+    for (size_t i = 0; i < links.size(); ++i) {
+      const auto& lc = links[i];
       const std::string peer = std::to_string(lc->peer);
-      Labels pl = with({{"peer", peer}});
+      // Link series: the transport label names what carries this link (shm next to tcp).
+      Labels linkBase = base;
+      linkBase[2].second = linkTransports[i];  // base is {rank, comm, transport}
+      auto linkWith = [&](std::initializer_list<std::pair<std::string, std::string>> extra) {
+        Labels l = linkBase;
+        l.insert(l.end(), extra.begin(), extra.end());
+        return l;
+      };
+      Labels pl = linkWith({{"peer", peer}});
       bytesLogical.samples.push_back(
           valueSample(pl, static_cast<double>(lc->bytesLogical.load(r))));
       bytesWire.samples.push_back(valueSample(pl, static_cast<double>(lc->bytesWire.load(r))));
       for (int c = 0; c < kMaxCodecs; ++c) {
-        chunks.samples.push_back(valueSample(with({{"peer", peer}, {"codec", kCodecNames[c]}}),
+        chunks.samples.push_back(valueSample(linkWith({{"peer", peer}, {"codec", kCodecNames[c]}}),
                                              static_cast<double>(lc->chunksByCodec[c].load(r))));
       }
       chunksRecv.samples.push_back(

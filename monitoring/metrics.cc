@@ -167,9 +167,11 @@ Snapshot Metrics::State::snapshot() const {
   {
     std::lock_guard<std::mutex> lock(mu);
     s.links.reserve(links.size());
-    for (const auto& lc : links) {
+    for (size_t i = 0; i < links.size(); ++i) {
+      const auto& lc = links[i];
       LinkSnapshot l;
       l.peer = lc->peer;
+      l.transport = linkTransports[i];
       l.bytesLogical = lc->bytesLogical.load(r);
       l.bytesWire = lc->bytesWire.load(r);
       l.chunksSent = lc->chunksSent.load(r);
@@ -280,13 +282,14 @@ Metrics::Metrics(const Config& config, int rank, int nranks, int localRank, std:
 
 Metrics::~Metrics() = default;
 
-LinkCounters& Metrics::addLink(int peer) {
+LinkCounters& Metrics::addLink(int peer, const std::string& transport) {
   std::lock_guard<std::mutex> lock(state_->mu);
   for (auto& l : state_->links) {
     if (l->peer == peer)
       return *l;
   }
   state_->links.push_back(std::make_unique<LinkCounters>(peer));
+  state_->linkTransports.push_back(transport.empty() ? state_->transport : transport);
   return *state_->links.back();
 }
 

@@ -35,6 +35,7 @@ const char* errorKindName(Errc code) noexcept;
 /// Per-link figures of a snapshot (see LinkCounters for the meaning of each field).
 struct LinkSnapshot {
   int peer = -1;
+  std::string transport;  // what carries the link (Metrics::addLink)
   uint64_t bytesLogical = 0;
   uint64_t bytesWire = 0;
   uint64_t chunksSent = 0;
@@ -159,7 +160,9 @@ class Metrics {
 
   /// Counters of the link to `peer` (setup only). Idempotent: a second call for the same peer
   /// returns the same object. The reference stays valid until the Metrics object is destroyed.
-  LinkCounters& addLink(int peer);
+  /// `transport` names what carries this link ("shm", "tcp", ...): its series carry it as their
+  /// transport label instead of the communicator's (empty: the communicator's).
+  LinkCounters& addLink(int peer, const std::string& transport = {});
   /// The counters of `peer`, or nullptr when addLink(peer) was not called.
   LinkCounters* link(int peer);
 

@@ -39,8 +39,9 @@ struct Metrics::State {
   std::string transport;
   std::string comm;
 
-  mutable std::mutex mu;  // guards links (the vector, not the counters) and info
+  mutable std::mutex mu;  // guards links (the vector, not the counters), linkTransports, info
   std::vector<std::unique_ptr<LinkCounters>> links;
+  std::vector<std::string> linkTransports;  // parallel to links: each one's transport label
   std::map<std::string, std::string> info;
 
   std::array<OpState, kCollectiveOps> ops;

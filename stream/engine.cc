@@ -686,15 +686,19 @@ Engine::Engine(int rank,
       links_(std::move(linksByPeer)),
       config_(config),
       abortFlag_(abortFlag),
-      registrationPinsMemory_(device.properties().registrationPinsMemory),
       topology_(Topology::blocks(nranks, nranks)),
       chunkBytes_(config.chunkBytes) {
-  devices_.push_back(&device_);
+  // Only devices that serve a link are waited on (a device with no connection would only eat
+  // its slice of every wait); the primary one alone when there is no link at all.
   for (Link* link : links_) {
     if (link != nullptr &&
         std::find(devices_.begin(), devices_.end(), &link->device()) == devices_.end())
       devices_.push_back(&link->device());
   }
+  if (devices_.empty())
+    devices_.push_back(&device_);
+  for (transport::Device* d : devices_)
+    registrationPinsMemory_ |= d->properties().registrationPinsMemory;
   for (int id = 0; id < codecs::kNumCodecIds; ++id) {
     codecs::CodecSpec spec;
     spec.id = static_cast<codecs::CodecId>(id);
@@ -911,7 +915,7 @@ void Engine::registerOnLinkDevices(Prepared& p) {
 
 void Engine::waitForActivity(std::chrono::microseconds maxWait) {
   if (devices_.size() == 1) {
-    device_.waitForActivity(maxWait);
+    devices_.front()->waitForActivity(maxWait);
     return;
   }
   // Several devices: none can wake a wait on another, so each waits a short slice in turn.

@@ -125,7 +125,9 @@ class Engine {
   int rank_;
   int nranks_;
   transport::Device& device_;
-  std::vector<transport::Device*> devices_;  // device_ first, then the links' other devices
+  // The devices serving links (device_ alone when there is none): waitForActivity() waits on
+  // these, registerOnLinkDevices() registers with those other than device_.
+  std::vector<transport::Device*> devices_;
   std::vector<Link*> links_;
   Config config_;
   const std::atomic<bool>& abortFlag_;
@@ -135,7 +137,7 @@ class Engine {
   // Plans and user-buffer registrations of recent calls, reused when a call repeats (training
   // loops call with the same buffers every step). Bounded; least recently used goes first.
   std::vector<std::unique_ptr<Prepared>> prepared_;
-  bool registrationPinsMemory_ = false;  // the device's property: see Engine::run()
+  bool registrationPinsMemory_ = false;  // some device's property: see Engine::run()
   uint64_t useClock_ = 0;
   std::array<transport::Completion, 64> completions_;
   // Decoders by codec id (decoding depends only on the chunk's bytes) and room for one chunk of

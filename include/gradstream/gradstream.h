@@ -188,6 +188,8 @@ typedef struct {
   double last_busbw;
   char metrics_address[64]; /**< "host:port" of the Prometheus exporter, "" when off */
   char last_algorithm[32];  /**< schedule of the last collective: "ring", "tree", ... */
+  char transport[32];       /**< what carries this rank's links: "tcp", "verbs", "loopback",
+                                 "shm" (all same-host peers), "shm+tcp" / "shm+verbs" (both) */
 } gs_comm_stats_t;
 
 GS_API gs_status_t gs_comm_stats(gs_comm_t comm, gs_comm_stats_t* out_stats);

@@ -1,14 +1,23 @@
-// Multi-process integration tests: real processes, real TCP, only the public C API and the
+// Multi-process integration tests: real processes, only the public C API and the
 // gradstream-perf tool. Every wait is bounded; a child still running when its deadline passes
 // (or when a test ends early) is killed with its whole process group.
 //
-//  - Perf/*:      gradstream-perf --ranks 2|4 -c 1 across collectives, dtypes, ops, in place.
-//  - Loop:        4 gs-integ-rank processes joined from the environment run verified allreduces.
+// The ranks of these tests share one host, where shared memory (GS_SHM, on by default) would
+// carry their links: each test says which transport it means. Tests of the network transport
+// set GS_SHM=0 and check that the ranks report tcp; the *Shm tests set GS_SHM=1 and check that
+// they report shm (gs_comm_stats_t.transport, printed by gradstream-perf and gs-integ-rank), so
+// they fail, not pass silently over tcp, where the shm transport cannot open.
+//
+//  - Tcp/Perf.*, Shm/Perf.*: gradstream-perf --ranks 2|4 -c 1 across collectives, dtypes, ops,
+//                 in place, over tcp and over shm.
+//  - Loop:        4 gs-integ-rank processes joined from the environment run verified allreduces
+//                 (tcp, and shm).
 //  - DeadPeer:    SIGKILL one of 4 ranks mid-allreduce; the others fail with GS_ERR_REMOTE
-//                 naming it, within the timeout.
+//                 naming it, within the timeout (tcp, and shm).
 //  - WrongSecret: a rank with another GS_SECRET is refused; rank 0 times out clearly.
 //  - Netns/*:     two ranks in two network namespaces joined by a veth pair (needs root and
-//                 iproute2, skips otherwise); traffic stays in 198.18.0.0/24.
+//                 iproute2, skips otherwise), each namespace a host of its own (GS_HOSTNAME);
+//                 traffic stays in 198.18.0.0/24.
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -114,7 +123,9 @@ class Child {
                                            "GS_CODEC",
                                            "GS_METRICS_ADDR",
                                            "GS_SOCKET_IFNAME",
-                                           "GS_SECRET"};
+                                           "GS_SECRET",
+                                           "GS_SHM",
+                                           "GS_HOSTNAME"};
       for (const char* v : kClear)
         unsetenv(v);
       for (const auto& [k, v] : env)
@@ -242,6 +253,20 @@ int freePort() {
   return port;
 }
 
+// The transport gradstream-perf reports for rank 0's links ("# transport: shm"); "" if none.
+std::string perfTransport(const std::string& out) {
+  static const std::regex re("(^|\n)# transport: (\\S+)");
+  std::smatch m;
+  return std::regex_search(out, m, re) ? m[2].str() : "";
+}
+
+// The transport gs-integ-rank reports in its READY line; "" before it printed one.
+std::string rankTransport(const std::string& out) {
+  static const std::regex re("(^|\n)READY rank=[0-9]+ nranks=[0-9]+ transport=(\\S+)");
+  std::smatch m;
+  return std::regex_search(out, m, re) ? m[2].str() : "";
+}
+
 // Checks gradstream-perf's table on rank 0's stdout: at least one data row, every #wrong 0,
 // and the final "Out of bounds values : 0 OK" line.
 void expectPerfTableClean(const std::string& out, const std::string& context) {
@@ -270,15 +295,16 @@ void expectPerfTableClean(const std::string& out, const std::string& context) {
 }
 
 // ------------------------------------------------------------------------------------------
-// a. gradstream-perf --ranks N over real TCP
+// a. gradstream-perf --ranks N over real TCP (GS_SHM=0) and over shared memory (GS_SHM=1)
 
 struct PerfCase {
   const char* name;
   int ranks;
   std::vector<std::string> args;
+  const char* transport;  // "tcp" or "shm": GS_SHM=0 or 1, and what rank 0 must report
 };
 
-std::vector<PerfCase> perfCases() {
+std::vector<PerfCase> perfCases(const char* transport) {
   const std::vector<std::pair<const char*, std::vector<std::string>>> shapes = {
       {"AllreduceFloat32Sum", {"--coll", "allreduce", "-d", "float32", "-o", "sum"}},
       {"AllreduceBfloat16Max", {"--coll", "allreduce", "-d", "bfloat16", "-o", "max"}},
@@ -298,7 +324,7 @@ std::vector<PerfCase> perfCases() {
   std::vector<PerfCase> cases;
   for (int ranks : {2, 4}) {
     for (const auto& [name, args] : shapes) {
-      cases.push_back({name, ranks, args});
+      cases.push_back({name, ranks, args, transport});
     }
   }
   return cases;
@@ -306,7 +332,7 @@ std::vector<PerfCase> perfCases() {
 
 // Readable parameters in test output instead of a byte dump.
 void PrintTo(const PerfCase& c, std::ostream* os) {
-  *os << c.ranks << " ranks:";
+  *os << c.ranks << " ranks over " << c.transport << ":";
   for (const auto& a : c.args)
     *os << ' ' << a;
 }
@@ -327,19 +353,26 @@ TEST_P(Perf, NoWrongElements) {
   std::string cmd;
   for (const auto& a : argv)
     cmd += a + " ";
-  Child perf("perf", argv, {{"GS_TIMEOUT_MS", "10000"}}, dir.path());
+  const std::string shm = std::string(c.transport) == "shm" ? "1" : "0";
+  Child perf("perf", argv, {{"GS_TIMEOUT_MS", "10000"}, {"GS_SHM", shm}}, dir.path());
   ASSERT_TRUE(perf.started());
   const bool exited = perf.waitUntil(after(28));
-  const std::string context = "command: " + cmd + "\n" + perf.describe();
+  const std::string context = "command: GS_SHM=" + shm + " " + cmd + "\n" + perf.describe();
   ASSERT_TRUE(exited) << "gradstream-perf still running after 28 s\n" << context;
   EXPECT_EQ(perf.code(), 0) << context;
+  EXPECT_EQ(perfTransport(perf.out()), c.transport)
+      << "rank 0's links are not all over " << c.transport << "\n"
+      << context;
   expectPerfTableClean(perf.out(), context);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Tcp, Perf, ::testing::ValuesIn(perfCases()), [](const ::testing::TestParamInfo<PerfCase>& p) {
-      return std::string(p.param.name) + "_" + std::to_string(p.param.ranks) + "Ranks";
-    });
+std::string perfCaseName(const ::testing::TestParamInfo<PerfCase>& p) {
+  return std::string(p.param.name) + "_" + std::to_string(p.param.ranks) + "Ranks";
+}
+
+INSTANTIATE_TEST_SUITE_P(Tcp, Perf, ::testing::ValuesIn(perfCases("tcp")), perfCaseName);
+// Needs the shm transport: where it cannot open, the ranks fall back to tcp and these fail.
+INSTANTIATE_TEST_SUITE_P(Shm, Perf, ::testing::ValuesIn(perfCases("shm")), perfCaseName);
 
 // ------------------------------------------------------------------------------------------
 // Ranks of gs-integ-rank launched by the test itself.
@@ -356,13 +389,15 @@ class Ranks {
         const Env& extra = {}) {
     for (int r = 0; r < nranks; ++r) {
       auto it = secretOverride.find(r);
+      // The network transport unless `extra` says GS_SHM=1 (set later, so it wins).
       Env env = {{"RANK", std::to_string(r)},
                  {"WORLD_SIZE", std::to_string(nranks)},
                  {"MASTER_ADDR", "127.0.0.1"},
                  {"MASTER_PORT", std::to_string(port)},
                  {"GS_SECRET", it != secretOverride.end() ? it->second : "gsit-secret"},
                  {"GS_TIMEOUT_MS", timeoutMs},
-                 {"GS_DEBUG", "warn"}};
+                 {"GS_DEBUG", "warn"},
+                 {"GS_SHM", "0"}};
       env.insert(env.end(), extra.begin(), extra.end());
       children_.push_back(std::make_unique<Child>(
           "rank" + std::to_string(r), std::vector<std::string>{GS_RANK_EXE, "loop", count, iters},
@@ -382,24 +417,42 @@ class Ranks {
   std::vector<std::unique_ptr<Child>> children_;
 };
 
-TEST(Loop, FourRanksVerifiedAllreduces) {
+// transport: what every rank must report.
+void verifiedLoop(const Env& extra, const std::string& transport) {
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
   const int port = freePort();
   ASSERT_GT(port, 0);
-  Ranks ranks(dir.path(), 4, port, "262147", "20", "10000");  // odd count: uneven chunks
+  // odd count: uneven chunks
+  Ranks ranks(dir.path(), 4, port, "262147", "20", "10000", {}, extra);
   for (int r = 0; r < 4; ++r) {
     ASSERT_TRUE(ranks[r].waitUntil(after(25))) << "rank " << r << " still running\n"
                                                << ranks.describe();
   }
   for (int r = 0; r < 4; ++r) {
     auto res = ranks[r].result();
+    EXPECT_EQ(rankTransport(ranks[r].out()), transport) << "rank " << r << "\n" << ranks.describe();
     EXPECT_EQ(ranks[r].code(), 0) << ranks.describe();
     EXPECT_EQ(res["status"], "GS_OK") << ranks.describe();
     EXPECT_EQ(res["rank"], std::to_string(r)) << ranks.describe();
     EXPECT_NE(ranks[r].out().find("rank=" + std::to_string(r) + " iter=19 ok"), std::string::npos)
         << ranks.describe();
   }
+}
+
+// The network transport: tcp here; rdma.multiprocess runs it in the Soft-RoCE VM (GS_VM set),
+// where GS_TRANSPORT=auto resolves to verbs.
+std::string networkTransport() {
+  return getenv("GS_VM") != nullptr ? "verbs" : "tcp";
+}
+
+TEST(Loop, FourRanksVerifiedAllreduces) {
+  verifiedLoop({}, networkTransport());
+}
+
+// Needs the shm transport.
+TEST(Loop, FourRanksVerifiedAllreducesOverShm) {
+  verifiedLoop({{"GS_SHM", "1"}}, "shm");
 }
 
 // ------------------------------------------------------------------------------------------
@@ -412,7 +465,8 @@ TEST(Loop, FourRanksVerifiedAllreduces) {
 // closes the other, and rank 0 acts on whichever it reads first. That variant stays disabled
 // until the bug is fixed; run it with --gtest_also_run_disabled_tests.
 
-void deadPeer(const Env& extra) {
+// transport: what every rank must report before the kill.
+void deadPeer(const Env& extra, const std::string& transport) {
   constexpr int kRanks = 4, kVictim = 2, kTimeoutMs = 5000;
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
@@ -434,6 +488,9 @@ void deadPeer(const Env& extra) {
                                                      << ranks.describe();
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+  }
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_EQ(rankTransport(ranks[r].out()), transport) << "rank " << r << "\n" << ranks.describe();
   }
   std::this_thread::sleep_for(std::chrono::seconds(1));
   for (int r = 0; r < kRanks; ++r) {
@@ -475,12 +532,18 @@ void deadPeer(const Env& extra) {
 }
 
 TEST(DeadPeer, OneSocketPerPeerKilledRankGivesRemoteErrorNamingIt) {
-  deadPeer({{"GS_TCP_SOCKETS", "1"}});
+  deadPeer({{"GS_TCP_SOCKETS", "1"}}, networkTransport());
 }
 
 // The default configuration (2 sockets per peer). Flaky because of the bug described above.
 TEST(DeadPeer, KilledRankGivesRemoteErrorNamingItOnEveryOtherRank) {
-  deadPeer({});
+  deadPeer({}, "tcp");
+}
+
+// Over shared memory: the neighbours learn of the death from the shm transport itself (the
+// peer's pid), the far rank from their abort notice. Needs the shm transport.
+TEST(DeadPeer, ShmKilledRankGivesRemoteErrorNamingItOnEveryOtherRank) {
+  deadPeer({{"GS_SHM", "1"}}, "shm");
 }
 
 // ------------------------------------------------------------------------------------------
@@ -633,9 +696,14 @@ class Netns : public ::testing::Test {
     for (int r = 0; r < 2; ++r) {
       const std::string ns = r == 0 ? a_ : b_;
       Env env = {
-          {"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},       {"MASTER_ADDR", "198.18.0.1"},
+          {"RANK", std::to_string(r)},
+          {"WORLD_SIZE", "2"},
+          {"MASTER_ADDR", "198.18.0.1"},
           {"MASTER_PORT", "29517"},  // a fresh namespace: every port is free
-          {"GS_SECRET", "gsit-netns"}, {"GS_TIMEOUT_MS", "10000"}};
+          {"GS_SECRET", "gsit-netns"},
+          {"GS_TIMEOUT_MS", "10000"},
+          // Each namespace is a host of its own: the link is the veth pair, not shared memory.
+          {"GS_HOSTNAME", r == 0 ? "gsit-host-a" : "gsit-host-b"}};
       if (withIfname)
         env.push_back({"GS_SOCKET_IFNAME", r == 0 ? vethA_ : vethB_});
       ranks.push_back(std::make_unique<Child>(
@@ -658,6 +726,7 @@ class Netns : public ::testing::Test {
       EXPECT_EQ(c->code(), 0) << all;
     }
     expectPerfTableClean(ranks[0]->out(), all);
+    EXPECT_EQ(perfTransport(ranks[0]->out()), "tcp") << all;
     // The 4 MiB allreduce alone sends 2 MiB each way: the data went over the veth pair.
     const uint64_t sent = txBytes(b_, vethB_) - txBefore;
     EXPECT_GE(sent, uint64_t{2} << 20) << "rank 1 sent only " << sent << " bytes over " << vethB_;

@@ -5,7 +5,8 @@
  *
  * Joins with gs_comm_init_from_env, then runs <iters> float32 sum allreduces of <count>
  * elements (iters 0: until a call fails), checking every result. Progress goes to stdout as
- * "rank=<r> iter=<i> ok" lines (the first one, "READY rank=<r>", once the communicator is up).
+ * "rank=<r> iter=<i> ok" lines (the first one, "READY rank=<r> nranks=<n> transport=<t>", once
+ * the communicator is up; t as in gs_comm_stats_t.transport).
  * The last line on stdout is always
  *
  *   RESULT rank=<r> status=<GS_...|MISMATCH|USAGE> message=<gs_last_error() or the mismatch>
@@ -67,7 +68,12 @@ int main(int argc, char** argv) {
     return finish(s, "gs_comm_rank");
   if ((s = gs_comm_size(comm, &nranks)) != GS_OK)
     return finish(s, "gs_comm_size");
-  printf("READY rank=%d nranks=%d\n", g_rank, nranks);
+  gs_comm_stats_t st;
+  memset(&st, 0, sizeof(st));
+  st.struct_size = sizeof(st);
+  if ((s = gs_comm_stats(comm, &st)) != GS_OK)
+    return finish(s, "gs_comm_stats");
+  printf("READY rank=%d nranks=%d transport=%s\n", g_rank, nranks, st.transport);
 
   float* send = (float*)malloc(count * sizeof(float));
   float* recv = (float*)malloc(count * sizeof(float));

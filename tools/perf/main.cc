@@ -265,6 +265,11 @@ struct Bench {
     printf("# gradstream-perf: %s, %d ranks, dtype %s, op %s, %s, %d iterations after %d warm-up\n",
            o.coll.c_str(), nranks, dtypeName(o.dtype), opName(o.op),
            o.inPlace ? "in place" : "out of place", o.iters, o.warmup);
+    // What carries rank 0's links (GS_TRANSPORT, and shm between ranks of one host: GS_SHM).
+    gs_comm_stats_t initial;
+    memset(&initial, 0, sizeof(initial));
+    initial.struct_size = sizeof(initial);
+    printf("# transport: %s\n", gs_comm_stats(comm, &initial) == GS_OK ? initial.transport : "?");
     printf(
         "# time is the median over iterations of the slowest rank, each iteration after a "
         "barrier\n");

@@ -1,0 +1,84 @@
+#include "control/link_transports.h"
+
+#include <atomic>
+#include <exception>
+#include <map>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "transport/shm/device.h"
+
+namespace gs::control {
+
+const char* shmStateName(ShmState state) {
+  switch (state) {
+    case ShmState::kOff:
+      return "off";
+    case ShmState::kUnavailable:
+      return "unavailable";
+    case ShmState::kUnused:
+      return "unused";
+    case ShmState::kInUse:
+      return "in_use";
+  }
+  return "off";
+}
+
+std::unique_ptr<transport::Device> openShmDevice(const std::string& networkTransport,
+                                                 const transport::DeviceOptions& options,
+                                                 ShmState& state) {
+  state = ShmState::kOff;
+  const bool network = networkTransport == "tcp" || networkTransport == "verbs";
+  if (!options.config.shm || !network || options.nranks < 2)
+    return nullptr;
+  try {
+    auto device = transport::createDevice("shm", options);
+    state = ShmState::kUnused;
+    return device;
+  } catch (const std::exception& e) {
+    // Every rank of a process (threads as ranks) would say the same: warn once.
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) {
+      GS_LOG_WARN(
+          "rank %d: shared-memory transport unavailable (%s): ranks of this host use %s "
+          "(GS_SHM=0 silences this)",
+          options.rank, e.what(), networkTransport.c_str());
+    } else {
+      GS_LOG_INFO("rank %d: shared-memory transport unavailable (%s): using %s", options.rank,
+                  e.what(), networkTransport.c_str());
+    }
+    state = ShmState::kUnavailable;
+    return nullptr;
+  }
+}
+
+bool shmBetween(const TransportEndpoint& a, const TransportEndpoint& b) {
+  if (a.shmAddress.empty() || b.shmAddress.empty() || a.hostname != b.hostname)
+    return false;
+  return transport::shm::sameDomain(a.shmAddress, b.shmAddress) &&
+         transport::shm::sameDomain(b.shmAddress, a.shmAddress);
+}
+
+bool shmWithinHosts(const std::vector<TransportEndpoint>& ranks) {
+  std::map<std::string, size_t> firstOfHost;  // host name -> index of its first rank
+  bool sharedHost = false;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    auto [it, inserted] = firstOfHost.emplace(ranks[r].hostname, r);
+    if (inserted)
+      continue;
+    sharedHost = true;
+    if (!shmBetween(ranks[it->second], ranks[r]))
+      return false;
+  }
+  return sharedHost;
+}
+
+std::string linkTransportsName(const std::string& networkTransport,
+                               int shmLinks,
+                               int networkLinks) {
+  if (shmLinks == 0)
+    return networkTransport;
+  return networkLinks == 0 ? std::string("shm") : "shm+" + networkTransport;
+}
+
+}  // namespace gs::control

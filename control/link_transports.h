@@ -1,0 +1,57 @@
+#pragma once
+
+// Which transport carries each link of a communicator: the network device (tcp or verbs) or,
+// between ranks of one host, the shm device next to it. Pure functions of the rendezvous
+// records, so both ranks of a pair decide alike.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/device.h"
+
+namespace gs::control {
+
+/// What a rank's rendezvous record says about the choice.
+struct TransportEndpoint {
+  std::string hostname;             // the topology's host name (GS_HOSTNAME or gethostname())
+  std::vector<uint8_t> shmAddress;  // its shm device's blob; empty: it has no shm device
+};
+
+/// Whether an shm device was opened and used (the gs_transport_info{shm} label).
+enum class ShmState {
+  kOff,          // GS_SHM=0, a single rank, or a transport it does not go with (loopback)
+  kUnavailable,  // asked for, but the device could not be opened (the warning says why)
+  kUnused,       // open, but no peer of a schedule qualifies
+  kInUse,        // serves at least one link
+};
+const char* shmStateName(ShmState state);
+
+/// Opens the shm device that serves a rank's same-host peers next to its network device, when
+/// config.shm asks for it, there is more than one rank, and the network transport is tcp or
+/// verbs (loopback ranks are threads of one process: loopback already is their memory path).
+/// Returns null when not wanted (state kOff) or when the device cannot be opened (kUnavailable:
+/// a warning with the reason, the first time in the process; later ones at info). The network
+/// device then carries every link.
+std::unique_ptr<transport::Device> openShmDevice(const std::string& networkTransport,
+                                                 const transport::DeviceOptions& options,
+                                                 ShmState& state);
+
+/// Whether ranks a and b exchange chunks over shm: both published an shm address, they name the
+/// same host, and their addresses are of one shared-memory domain (shm::sameDomain, asked both
+/// ways). Symmetric by construction: both ranks of a pair get the same answer from the same two
+/// records.
+bool shmBetween(const TransportEndpoint& a, const TransportEndpoint& b);
+
+/// Whether ranks that share a host talk over shm, for the cost model's intra-host link class:
+/// true when some host has several ranks and each of them qualifies with that host's first rank
+/// (shmBetween). Computed from every rank's record, so every rank gets the same answer (the
+/// algorithm choice must not differ between ranks).
+bool shmWithinHosts(const std::vector<TransportEndpoint>& ranks);
+
+/// The transports serving a rank's links, for Communicator::transportName(): "shm" (every link
+/// over shm), "shm+tcp" / "shm+verbs" (both), or the network transport's name (no link over
+/// shm, or no link at all).
+std::string linkTransportsName(const std::string& networkTransport, int shmLinks, int networkLinks);
+
+}  // namespace gs::control
