@@ -16,7 +16,7 @@ run() {
   local codec=$1 r port=$((20000 + RANDOM % 20000))
   for r in 0 1; do
     tb_exec $r env RANK=$r WORLD_SIZE=2 MASTER_ADDR="$(tb_addr 0)" MASTER_PORT=$port \
-      GS_SECRET=bench GS_TIMEOUT_MS=30000 GS_CODEC="$codec" \
+      GS_SECRET=bench GS_TIMEOUT_MS=30000 GS_CODEC="$codec" GS_SHM=0 \
       timeout 300 "$PERF" -b 64M -e 64M -n "$ITERS" -w 1 -c 0 >"$OUT/$codec.$r" 2>&1 &
   done
   wait

@@ -71,7 +71,7 @@ for rate in $rates; do
     [[ $c == raw ]] && check=1
     port=$((20000 + RANDOM % 20000))
     # shellcheck disable=SC2046
-    run "gs_$c" MASTER_ADDR="$(tb_addr 0)" MASTER_PORT=$port GS_SECRET=bench GS_TRANSPORT=tcp \
+    run "gs_$c" MASTER_ADDR="$(tb_addr 0)" MASTER_PORT=$port GS_SECRET=bench GS_TRANSPORT=tcp GS_SHM=0 \
       GS_TIMEOUT_MS=60000 GS_CODEC="$c" timeout -k 5 "$limit" "$perf" $(size_flags) -n "$iters" \
       -w "$warmup" -c "$check" --inplace --timeout "$limit"
   done

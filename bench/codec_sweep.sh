@@ -91,7 +91,7 @@ for c in $codecs; do
   out=$(file_of "$c") check=0 t0=$SECONDS
   [[ $c == raw ]] && check=1
   echo "# codec_sweep.sh: GS_CODEC=$c N=$ranks -b $min -e $max -f $factor -n $iters -w $warmup -c $check; load $(load)" > "$out"
-  GS_CODEC=$c GS_TRANSPORT=tcp MASTER_ADDR=127.0.0.1 timeout -k 10 "$limit" "$gs_perf" \
+  GS_CODEC=$c GS_TRANSPORT=tcp GS_SHM=0 MASTER_ADDR=127.0.0.1 timeout -k 10 "$limit" "$gs_perf" \
     --ranks "$ranks" -b "$min" -e "$max" -f "$factor" -n "$iters" -w "$warmup" -c "$check" \
     --inplace --timeout "$limit" >> "$out" 2> "$out.err"
   rc=$?

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Runs gradstream-perf and the peers (Gloo ring, Gloo halving-doubling, OpenMPI over TCP) on this
-# machine in one go, all over 127.0.0.1, and prints per rank count a table of busbw and the ratio
-# gradstream / best peer. Raw outputs go to a results directory. See bench/README.md.
+# Runs gradstream-perf and the peers on this machine in one go and prints per rank count a table
+# of busbw and two ratios: gradstream over tcp (GS_SHM=0) / the best TCP peer (Gloo ring, Gloo
+# halving-doubling, OpenMPI over TCP, all on 127.0.0.1), and gradstream over shared memory
+# (GS_SHM=1, the default) / OpenMPI's shared-memory path (vader). Raw outputs go to a results
+# directory. See bench/README.md.
 #
 #   bench/peers.sh [options]
 #     -b SIZE        smallest size (default 1M)           -e SIZE   largest size (default 256M)
 #     -f FACTOR      size step (default 4)                 --ranks "2 4"  rank counts (default "2 4")
 #     -n N -w N      iterations / warm-up below --big-from (default 20 / 5)
 #     --big-from SIZE  sizes from here on use --big-n / --big-w (default 64M; 10 / 3)
-#     --peers "gloo_ring gloo_hd mpi_tcp"   which peers to run (default all three)
+#     --peers "gloo_ring gloo_hd mpi_tcp mpi_shm"   which peers to run (default all four)
+#     --gs "shm tcp" which gradstream runs (default both; "" for none)
 #     --results DIR  where raw outputs go (default build/bench/results/<date>)
 #     --build DIR    where the peer programs are built (default build/bench)
 #     --timeout S    bound on each launch (default 300)
@@ -22,7 +25,8 @@ root=$(cd "$here/.." && pwd)
 min=1M max=256M factor=4 iters=20 warmup=5
 big_from=64M big_iters=10 big_warmup=3
 ranks="2 4"
-peers="gloo_ring gloo_hd mpi_tcp"
+peers="gloo_ring gloo_hd mpi_tcp mpi_shm"
+gs_runs="shm tcp"
 build=$root/build/bench
 results=""
 limit=300
@@ -41,6 +45,7 @@ while (($#)); do
     --big-w) big_warmup=$2 ;;
     --ranks) ranks=$2 ;;
     --peers) peers=$2 ;;
+    --gs) gs_runs=$2 ;;
     --results) results=$2 ;;
     --build) build=$2 ;;
     --timeout) limit=$2 ;;
@@ -110,11 +115,24 @@ run_mpi_tcp() {
     "$build/mpi_allreduce" "$@"
 }
 
-run_gs() {
+# OpenMPI's shared-memory BTL (vader, what it uses between processes of one host by default),
+# named explicitly so a missing component fails instead of silently measuring something else.
+run_mpi_shm() {
   local n=$1
   shift
+  timeout -k 10 "$limit" mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$n" \
+    --mca pml ob1 --mca btl self,vader --mca oob_tcp_if_include lo "$build/mpi_allreduce" "$@"
+}
+
+# run_gs shm|tcp N FLAGS...: gradstream-perf over shared memory (GS_SHM=1: every rank is on this
+# host) or over tcp on 127.0.0.1 (GS_SHM=0). Its "# transport:" line says what it really used.
+run_gs() {
+  local shm=$1 n=$2
+  shift 2
+  [[ $shm == shm ]] && shm=1 || shm=0
   # shellcheck disable=SC2086  # GS_PERF_ARGS is a list of flags
-  MASTER_ADDR=127.0.0.1 timeout -k 10 "$limit" "$gs_perf" --ranks "$n" "$@" -c 1 --inplace ${GS_PERF_ARGS:-}
+  GS_SHM=$shm MASTER_ADDR=127.0.0.1 timeout -k 10 "$limit" "$gs_perf" --ranks "$n" "$@" -c 1 \
+    --inplace ${GS_PERF_ARGS:-}
 }
 
 # run_one NAME N: every part of the sweep; raw output in $results/N<n>_<name>.txt.
@@ -126,10 +144,12 @@ run_one() {
     echo "# peers.sh: $name N=$n $part" >> "$out"
     # shellcheck disable=SC2086  # part is a list of flags
     case $name in
-      gradstream) run_gs "$n" $part ;;
+      gradstream_shm) run_gs shm "$n" $part ;;
+      gradstream_tcp) run_gs tcp "$n" $part ;;
       gloo_ring) run_gloo "$n" ring $part ;;
       gloo_hd) run_gloo "$n" halving_doubling $part ;;
       mpi_tcp) run_mpi_tcp "$n" $part ;;
+      mpi_shm) run_mpi_shm "$n" $part ;;
     esac >> "$out" 2>> "$out.err" || rc=$?
   done
   [[ -s $out.err ]] && sed 's/^/    /' "$out.err" >&2
@@ -147,9 +167,25 @@ busbw_of() {
     END { if (!f) print "-" }' "$1"
 }
 
-have_gs=1
-if [[ ! -x $gs_perf ]]; then
-  have_gs=0
+# transport_of FILE: what gradstream-perf's first "# transport:" line says ("-" if none).
+transport_of() {
+  awk '/^# transport: / { print $3; f = 1; exit } END { if (!f) print "-" }' "$1" 2> /dev/null || echo "-"
+}
+# ratio A B: A / B to 2 decimals, "-" when either is missing or flagged.
+ratio() {
+  if [[ $1 == "-" || $1 == *"!" || $2 == "-" || $2 == *"!" ]]; then echo "-"; return; fi
+  awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f\n", a / b; else print "-" }'
+}
+
+gs_names=()
+for g in $gs_runs; do
+  case $g in
+    shm | tcp) gs_names+=("gradstream_$g") ;;
+    *) echo "peers.sh: --gs takes shm and/or tcp, not $g" >&2; exit 2 ;;
+  esac
+done
+if [[ ! -x $gs_perf ]] && ((${#gs_names[@]})); then
+  gs_names=()
   echo "peers.sh: gradstream-perf not found at $gs_perf (set GS_PERF); running the peers only" >&2
 fi
 
@@ -158,7 +194,8 @@ summary=$results/summary.txt
   echo "# peers.sh $(date -Is) on $(hostname), $(nproc) cores, $(uname -r)"
   echo "# sizes: ${sizes//$'\n'/ } B; -n $iters -w $warmup below $big_from, -n $big_iters -w $big_warmup from it"
   echo "# busbw in GB/s (GB = 1e9 B); '!' = the program reported wrong elements; '-' = no result"
-  echo "# best = best busbw of the peers run; ratio = gradstream / best"
+  echo "# best_tcp = best busbw of the TCP peers run; tcp_ratio = gradstream_tcp / best_tcp"
+  echo "# shm_ratio = gradstream_shm / mpi_shm (target: >= 1.0 at 1-256 MiB, N = 2 and 4)"
   echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$summary"
 if awk -v l="$(load1)" -v c="$(nproc)" 'BEGIN { exit !(l > c / 2) }'; then
@@ -168,35 +205,45 @@ fi
 start=$SECONDS
 for n in $ranks; do
   echo "running N=$n" >&2
-  ((have_gs)) && run_one gradstream "$n"
+  for g in "${gs_names[@]}"; do run_one "$g" "$n"; done
   for p in $peers; do run_one "$p" "$n"; done
 
   {
     echo
     echo "## N=$n"
-    printf '%12s %11s' "size(B)" gradstream
+    shm_note=""
+    if [[ " ${gs_names[*]} " == *" gradstream_shm "* ]]; then
+      t=$(transport_of "$results/N${n}_gradstream_shm.txt")
+      if [[ $t != shm ]]; then
+        shm_note="# gradstream_shm ran over '$t', not shared memory (shm transport unavailable?): no shm_ratio"
+        echo "$shm_note"
+      fi
+    fi
+    printf '%12s' "size(B)"
+    for g in "${gs_names[@]}"; do printf ' %15s' "$g"; done
     for p in $peers; do printf ' %10s' "$p"; done
-    printf ' %10s %8s %7s\n' best_peer best ratio
+    printf ' %13s %8s %9s %9s\n' best_tcp_peer best_tcp tcp_ratio shm_ratio
     for s in $sizes; do
-      gs=$(busbw_of "$results/N${n}_gradstream.txt" "$s")
-      printf '%12s %11s' "$s" "$gs"
+      printf '%12s' "$s"
+      for g in "${gs_names[@]}"; do printf ' %15s' "$(busbw_of "$results/N${n}_$g.txt" "$s")"; done
       best="-" best_name="-"
       for p in $peers; do
         v=$(busbw_of "$results/N${n}_$p.txt" "$s")
         printf ' %10s' "$v"
+        [[ $p == mpi_shm ]] && continue
         if [[ $v != "-" && $v != *"!" ]] && { [[ $best == "-" ]] || awk -v a="$v" -v b="$best" 'BEGIN { exit !(a > b) }'; }; then
           best=$v best_name=$p
         fi
       done
-      ratio="-"
-      if [[ $gs != "-" && $gs != *"!" && $best != "-" ]]; then
-        ratio=$(awk -v a="$gs" -v b="$best" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
-      fi
-      printf ' %10s %8s %7s\n' "$best_name" "$best" "$ratio"
+      tcp_ratio=$(ratio "$(busbw_of "$results/N${n}_gradstream_tcp.txt" "$s")" "$best")
+      shm_ratio="-"
+      [[ -z $shm_note ]] &&
+        shm_ratio=$(ratio "$(busbw_of "$results/N${n}_gradstream_shm.txt" "$s")" "$(busbw_of "$results/N${n}_mpi_shm.txt" "$s")")
+      printf ' %13s %8s %9s %9s\n' "$best_name" "$best" "$tcp_ratio" "$shm_ratio"
     done
-    for p in $( ((have_gs)) && echo gradstream) $peers; do
+    for p in "${gs_names[@]}" $peers; do
       rss=$(awk '/^# peak_rss_kb/ { if ($3 > m) m = $3 } END { if (m) print m }' "$results/N${n}_$p.txt" 2> /dev/null)
-      [[ -n $rss ]] && printf '# peak_rss_kb %-11s %s\n' "$p" "$rss"
+      [[ -n $rss ]] && printf '# peak_rss_kb %-15s %s\n' "$p" "$rss"
     done
   } | tee -a "$summary"
 done

@@ -19,13 +19,14 @@ tb_remove_stale
 TB_N=0
 
 # perf NRANKS TAG CODEC ITERS [extra env...]: 64 MiB float32 allreduces, one rank per host.
-# Prints rank 0's median time per collective in us.
+# Prints rank 0's median time per collective in us. The shaped links must carry every byte:
+# one rank per host (tb_exec's host names) and GS_SHM=0 besides, so never shared memory.
 perf() {
   local n=$1 tag=$2 codec=$3 iters=$4 r port=$((20000 + RANDOM % 20000))
   shift 4
   for ((r = 0; r < n; ++r)); do
     tb_exec "$r" env RANK=$r WORLD_SIZE=$n MASTER_ADDR="$(tb_addr 0)" MASTER_PORT=$port \
-      GS_SECRET=congestion GS_TIMEOUT_MS=20000 GS_CODEC="$codec" GS_DEBUG=info "$@" \
+      GS_SECRET=congestion GS_TIMEOUT_MS=20000 GS_CODEC="$codec" GS_DEBUG=info GS_SHM=0 "$@" \
       timeout 120 "$PERF" -b 64M -e 64M -n "$iters" -w 1 -c 0 >"$OUT/$tag.$r" 2>&1 &
   done
   wait

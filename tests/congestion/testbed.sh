@@ -3,11 +3,16 @@
 #   tb_setup N              hosts h0..h(N-1) at 198.19.1.1 .. 198.19.1.N
 #   tb_shape I RATE         tbf on host I's uplink egress (RATE as tc writes it: 1gbit, 500mbit)
 #   tb_unshape I            removes it
-#   tb_exec I CMD...        runs CMD inside host I
+#   tb_exec I CMD...        runs CMD inside host I, with GS_HOSTNAME=tbhostI (see below)
 #   tb_cleanup              deletes everything (also installed as an EXIT trap by tb_setup)
 # Needs root and iproute2 (ip, tc with tbf). Uses 198.19.1.0/24 inside its own namespaces only;
 # names carry the shell's pid, so concurrent runs do not collide, and tb_setup removes what a
 # killed earlier run left behind.
+#
+# Each namespace is a host of its own: tb_exec gives what it runs the host name tbhost<I>
+# (GS_HOSTNAME; a command may set its own after it, e.g. `tb_exec 0 env GS_HOSTNAME=a ...`).
+# Otherwise ranks in different namespaces would share the machine's host name, and gradstream
+# would connect them over shared memory (GS_SHM) instead of the shaped links.
 #
 # In a ring allreduce rank r sends data only to rank r+1, so host r's uplink egress is ring link
 # r -> r+1: shaping it shapes that link and nothing else (credits going back are tiny).
@@ -78,5 +83,5 @@ tb_unshape() {
 tb_exec() {
   local i=$1
   shift
-  ip netns exec "$(tb_ns "$i")" "$@"
+  ip netns exec "$(tb_ns "$i")" env GS_HOSTNAME="tbhost$i" "$@"
 }

@@ -4,7 +4,10 @@
 # the communicator groups ranks 0,1 and 2,3. GS_ALGO=hierarchical: ring inside each host,
 # halving-doubling across hosts, ring allgather inside. Every element is checked (-c 1) for
 # sum/float32, max/bfloat16 in place and avg/int32, and the algorithm column must say
-# hierarchical for the multi-chunk sizes. Root only (exit 77 otherwise); bounded by timeouts.
+# hierarchical for the multi-chunk sizes. GS_SHM=1: the two ranks of a host talk over shared
+# memory, hosts over tcp (the veth links), so rank 0 must report "shm+tcp" (this needs the shm
+# transport: where it cannot open, every link is tcp and the test fails). Root only (exit 77
+# otherwise); bounded by timeouts.
 #   hierarchical_netns.sh PERF_EXE
 set -uo pipefail
 perf=${1:?usage: hierarchical_netns.sh PERF_EXE}
@@ -25,7 +28,7 @@ run() {  # run TAG PERF_ARGS...: 4 ranks, 2 per host
     for l in 0 1; do
       r=$((2 * h + l))
       tb_exec "$h" env RANK=$r WORLD_SIZE=4 LOCAL_RANK=$l MASTER_ADDR="$(tb_addr 0)" \
-        MASTER_PORT=$port GS_SECRET=hier GS_HOSTNAME="host$h" GS_ALGO=hierarchical \
+        MASTER_PORT=$port GS_SECRET=hier GS_HOSTNAME="host$h" GS_SHM=1 GS_ALGO=hierarchical \
         GS_TIMEOUT_MS=20000 timeout -k 5 120 "$perf" -b 1K -e 4M -f 64 -n 2 -w 1 -c 1 \
         --timeout 100 "$@" >"$out/$tag.$r" 2>&1 &
     done
@@ -46,7 +49,14 @@ run() {  # run TAG PERF_ARGS...: 4 ranks, 2 per host
     failed=1
     return
   fi
-  echo "ok: $tag"
+  local transport
+  transport=$(sed -n 's/^# transport: //p' "$out/$tag.0")
+  if [[ $transport != "shm+tcp" ]]; then
+    echo "FAIL: $tag: rank 0's links are over '$transport', not shm inside its host and tcp across"
+    failed=1
+    return
+  fi
+  echo "ok: $tag ($transport)"
   grep -E '^ +[0-9]' "$out/$tag.0"
 }
 run sum_float32 --coll allreduce -d float32 -o sum

@@ -5,7 +5,8 @@
 #   collectives.sh PERF_EXE
 set -euo pipefail
 perf=${1:?usage: collectives.sh PERF_EXE}
-export GS_TRANSPORT=verbs GS_TIMEOUT_MS=30000
+# GS_SHM=0: the ranks share the guest, where shared memory would otherwise carry their links.
+export GS_TRANSPORT=verbs GS_SHM=0 GS_TIMEOUT_MS=30000
 failed=0
 run() {  # run RANKS COLL DTYPE OP [extra...]
   local ranks=$1 coll=$2 dtype=$3 op=$4
@@ -22,6 +23,12 @@ run() {  # run RANKS COLL DTYPE OP [extra...]
   if ! grep -q "Out of bounds values : 0 OK" <<<"$out" ||
     awk '/^ +[0-9]/ && $9 != 0 { bad = 1 } END { exit !bad }' <<<"$out"; then
     echo "FAIL (wrong elements): $ranks ranks $coll $dtype $op $*"
+    echo "$out"
+    failed=1
+    return
+  fi
+  if ! grep -qx "# transport: verbs" <<<"$out"; then
+    echo "FAIL (not over verbs): $ranks ranks $coll $dtype $op $*"
     echo "$out"
     failed=1
     return

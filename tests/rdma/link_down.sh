@@ -9,7 +9,8 @@ perf=${1:?usage: link_down.sh PERF_EXE}
 netdevs=(${GS_VM_RXE_NETDEVS:?not inside the test VM})
 # ACK timeout 4.096 us x 2^16 = 268 ms, 3 retries: long enough for a loaded emulated guest (12
 # gave spurious retry-exceeded errors under load), short enough to notice a dead link in ~1 s.
-export GS_TRANSPORT=verbs GS_TIMEOUT_MS=30000 GS_IB_TIMEOUT=16 GS_IB_RETRY_CNT=3
+# GS_SHM=0: both ranks share the guest; the link that goes down must be the one they use.
+export GS_TRANSPORT=verbs GS_SHM=0 GS_TIMEOUT_MS=30000 GS_IB_TIMEOUT=16 GS_IB_RETRY_CNT=3
 ipcmd=$(command -v ip || echo /usr/sbin/ip)
 out=$(mktemp)
 "$perf" --ranks 2 -b 256K -e 256K -n 100000 -w 1 -c 0 --timeout 90 >"$out" 2>&1 &

@@ -119,6 +119,12 @@ TEST_P(CodecCollectives, OtherAlgorithmsBitIdenticalWithinBound) {
   }
 }
 
+// One engine with links on two devices: shared memory to the rank of its own host, tcp across
+// the 2 "hosts" (2 ranks each). Needs the shm backend (runRanks fails where it cannot open).
+TEST_P(CodecCollectives, HierarchicalOverShmAndTcpBitIdenticalWithinBound) {
+  runAllReduce(GetParam(), 4, "shm", 20011, "hierarchical", 2);
+}
+
 TEST_P(CodecCollectives, AllGatherAndBroadcastBitIdentical) {
   const CodecCase& c = GetParam();
   const int n = 4;

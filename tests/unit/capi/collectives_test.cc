@@ -1,5 +1,6 @@
-// Every collective, dtype and op with odd sizes, N ranks as threads over the loopback and tcp
-// transports, checked element by element against a reference computed here.
+// Every collective, dtype and op with odd sizes, N ranks as threads over the loopback, tcp and
+// shm transports (shm: rank_threads.h; needs the shm backend, fails where it cannot open),
+// checked element by element against a reference computed here.
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -360,7 +361,7 @@ TEST_P(CollectivesTest, NonBlockingRequestsCompleteInOrder) {
 
 INSTANTIATE_TEST_SUITE_P(Transports,
                          CollectivesTest,
-                         ::testing::Combine(::testing::Values("loopback", "tcp"),
+                         ::testing::Combine(::testing::Values("loopback", "tcp", "shm"),
                                             ::testing::Values(1, 2, 3, 4)),
                          [](const ::testing::TestParamInfo<Param>& p) {
                            return std::string(std::get<0>(p.param)) + "_" +

@@ -190,9 +190,9 @@ TEST(CapiErrors, MismatchedCountsBetweenRanks) {
   EXPECT_LT(secs, 4.0) << "mismatch should be detected at the first chunk, not by timeout";
 }
 
-TEST(CapiErrors, AbortFromAnotherThreadUnblocksACollective) {
+void abortFromAnotherThread(const char* transport) {
   RankOptions opt;
-  opt.transport = "tcp";
+  opt.transport = transport;
   opt.timeoutMs = 30000;
   std::atomic<int> aborted{0}, remote{0};
   runRanks(2, opt, [&](int rank, gs_comm_t comm) {
@@ -219,6 +219,15 @@ TEST(CapiErrors, AbortFromAnotherThreadUnblocksACollective) {
   });
   EXPECT_EQ(aborted.load(), 1);
   EXPECT_EQ(remote.load(), 1) << "the peer learns about the abort";
+}
+
+TEST(CapiErrors, AbortFromAnotherThreadUnblocksACollective) {
+  abortFromAnotherThread("tcp");
+}
+
+// gs_comm_abort must wake a wait on the shm device too. Needs the shm backend.
+TEST(CapiErrors, AbortFromAnotherThreadUnblocksACollectiveOverShm) {
+  abortFromAnotherThread("shm");
 }
 
 // A unique id altered in transit (here: its secret) is rejected before any connection is made.

@@ -2,6 +2,7 @@
 
 // Runs N ranks as threads of this process through the public C API (the Gloo BaseTest::spawn
 // pattern): a real rendezvous on 127.0.0.1, then the transport under test.
+#include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
@@ -14,6 +15,11 @@
 namespace gs::testing {
 
 struct RankOptions {
+  // "loopback", "tcp" (the network path: shared memory off, although the threads share a
+  // host), or "shm": tcp as the network transport with GS_SHM on, so the links between ranks
+  // of one host are shared memory; runRanks() then fails a rank whose communicator does not
+  // report shm (the shm transport could not open). The environment (GS_TRANSPORT, GS_SHM)
+  // overrides both, as for any configuration field.
   const char* transport = "loopback";
   int64_t timeoutMs = 20000;
   int64_t chunkBytes = -1;
@@ -39,7 +45,9 @@ inline void runRanks(int nranks,
     threads.emplace_back([&, r] {
       gs_config_t cfg;
       gs_config_init(&cfg);
-      cfg.transport = opt.transport;
+      const bool overShm = strcmp(opt.transport, "shm") == 0;
+      cfg.transport = overShm ? "tcp" : opt.transport;
+      cfg.shm = overShm ? 1 : 0;
       cfg.timeout_ms = opt.timeoutMs;
       cfg.chunk_bytes = opt.chunkBytes;
       cfg.slots_per_peer = opt.slots;
@@ -55,6 +63,15 @@ inline void runRanks(int nranks,
       gs_comm_t comm = nullptr;
       if (gs_comm_init_rank(&comm, nranks, &id, r, &cfg) != GS_OK) {
         errors[r] = gs_last_error();
+        return;
+      }
+      gs_comm_stats_t st;
+      memset(&st, 0, sizeof(st));
+      st.struct_size = sizeof(st);
+      // "shm", or "shm+tcp" when ranks are spread over host names (perHost).
+      if (overShm && (gs_comm_stats(comm, &st) != GS_OK || strncmp(st.transport, "shm", 3) != 0)) {
+        errors[r] = std::string("asked for shm, but the links are over '") + st.transport + "'";
+        gs_comm_destroy(comm);
         return;
       }
       body(r, comm);

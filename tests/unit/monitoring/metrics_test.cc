@@ -185,6 +185,30 @@ TEST(Metrics, ErrorsByKind) {
   EXPECT_EQ(findSample(fams, "gs_errors_total", {{"kind", "aborted"}})->value, 0);
 }
 
+// Links served by shared memory next to tcp ones: each link's series name its own transport,
+// the communicator's series the combination.
+TEST(Metrics, LinkSeriesCarryTheirOwnTransport) {
+  Config cfg;
+  Metrics m(cfg, 0, 4, 0, "shm+tcp");
+  m.addLink(1, "shm");
+  m.addLink(2, "tcp");
+  m.addLink(3);  // the communicator's
+  EXPECT_EQ(&m.addLink(1, "tcp"), m.link(1)) << "idempotent, first transport kept";
+  auto fams = m.collect();
+  for (const char* name : {"gs_bytes_wire_total", "gs_chunk_latency_seconds", "gs_chunks_total",
+                           "gs_last_progress_timestamp_seconds"}) {
+    EXPECT_EQ(label(*findSample(fams, name, {{"peer", "1"}}), "transport"), "shm") << name;
+    EXPECT_EQ(label(*findSample(fams, name, {{"peer", "2"}}), "transport"), "tcp") << name;
+    EXPECT_EQ(label(*findSample(fams, name, {{"peer", "3"}}), "transport"), "shm+tcp") << name;
+  }
+  EXPECT_EQ(label(*findSample(fams, "gs_communicator_ranks", {}), "transport"), "shm+tcp");
+  const Snapshot snap = m.snapshot();
+  ASSERT_EQ(snap.links.size(), 3u);
+  EXPECT_EQ(snap.link(1)->transport, "shm");
+  EXPECT_EQ(snap.link(2)->transport, "tcp");
+  EXPECT_EQ(snap.link(3)->transport, "shm+tcp");
+}
+
 TEST(Metrics, CollectHasEveryFamilyWithConstantLabels) {
   Config cfg;
   Metrics m(cfg, 5, 8, 1, "tcp");

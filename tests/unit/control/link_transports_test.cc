@@ -1,0 +1,99 @@
+// The per-peer transport choice (control/link_transports.h): when shared memory serves a link,
+// that both ranks of a pair decide alike, what the communicator reports, and that a shm device
+// that cannot open leaves the network transport in charge.
+#include "control/link_transports.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/config.h"
+#include "transport/device.h"
+
+namespace gs::control {
+namespace {
+
+transport::DeviceOptions optionsFor(int rank, int nranks, bool shm) {
+  transport::DeviceOptions o;
+  o.rank = rank;
+  o.nranks = nranks;
+  for (size_t i = 0; i < o.secret.size(); ++i)
+    o.secret[i] = static_cast<uint8_t>(7 * i + 3);
+  o.config.shm = shm;
+  return o;
+}
+
+TEST(LinkTransports, NameSaysWhatCarriesTheLinks) {
+  EXPECT_EQ(linkTransportsName("tcp", 0, 3), "tcp");
+  EXPECT_EQ(linkTransportsName("tcp", 0, 0), "tcp");  // a single rank: no link at all
+  EXPECT_EQ(linkTransportsName("tcp", 2, 0), "shm");
+  EXPECT_EQ(linkTransportsName("tcp", 2, 1), "shm+tcp");
+  EXPECT_EQ(linkTransportsName("verbs", 1, 4), "shm+verbs");
+  EXPECT_EQ(linkTransportsName("loopback", 0, 3), "loopback");
+}
+
+TEST(LinkTransports, NoShmWithoutBothAddressesAndOneHostName) {
+  const std::vector<uint8_t> blob = {1, 2, 3, 4};
+  const TransportEndpoint noShm{"h0", {}};
+  const TransportEndpoint a{"h0", blob};
+  const TransportEndpoint otherHost{"h1", blob};
+  EXPECT_FALSE(shmBetween(noShm, a));
+  EXPECT_FALSE(shmBetween(a, noShm));
+  EXPECT_FALSE(shmBetween(a, otherHost));
+  EXPECT_FALSE(shmBetween(otherHost, a));
+  // Garbage blobs are in no shared-memory domain, whatever the host names say.
+  EXPECT_FALSE(shmBetween(a, a));
+}
+
+TEST(LinkTransports, IntraHostClassNeedsAHostWithSeveralRanks) {
+  const std::vector<uint8_t> blob = {9, 9};
+  EXPECT_FALSE(shmWithinHosts({{"h0", blob}, {"h1", blob}}));  // one rank per host
+  EXPECT_FALSE(shmWithinHosts({{"h0", blob}, {"h0", {}}}));    // one of them without shm
+  EXPECT_FALSE(shmWithinHosts({}));
+}
+
+TEST(LinkTransports, NotOpenedWhenOffOrNotNextToANetworkTransport) {
+  ShmState state = ShmState::kInUse;
+  EXPECT_EQ(openShmDevice("tcp", optionsFor(0, 2, false), state), nullptr);
+  EXPECT_EQ(state, ShmState::kOff);
+  state = ShmState::kInUse;
+  EXPECT_EQ(openShmDevice("loopback", optionsFor(0, 2, true), state), nullptr);
+  EXPECT_EQ(state, ShmState::kOff);
+  state = ShmState::kInUse;
+  EXPECT_EQ(openShmDevice("tcp", optionsFor(0, 1, true), state), nullptr);
+  EXPECT_EQ(state, ShmState::kOff);
+  EXPECT_STREQ(shmStateName(ShmState::kUnavailable), "unavailable");
+  EXPECT_STREQ(shmStateName(ShmState::kInUse), "in_use");
+}
+
+// Whether or not the shm backend can open here, the answer is consistent: a device and kUnused,
+// or null and kUnavailable (never an exception: the network transport takes over).
+TEST(LinkTransports, OpenedNextToTcpOrReportedUnavailable) {
+  ShmState state = ShmState::kOff;
+  std::unique_ptr<transport::Device> device;
+  ASSERT_NO_THROW(device = openShmDevice("tcp", optionsFor(0, 2, true), state));
+  EXPECT_EQ(state, device ? ShmState::kUnused : ShmState::kUnavailable);
+}
+
+// Two shm devices of this process (threads as ranks) are in one domain: same host name means
+// shm, another host name does not, both ways alike. Needs the shm backend.
+TEST(LinkTransports, RanksOfOneProcessAndHostNameUseShm) {
+  ShmState s0 = ShmState::kOff, s1 = ShmState::kOff;
+  auto d0 = openShmDevice("tcp", optionsFor(0, 2, true), s0);
+  auto d1 = openShmDevice("tcp", optionsFor(1, 2, true), s1);
+  ASSERT_NE(d0, nullptr) << "the shm transport did not open";
+  ASSERT_NE(d1, nullptr) << "the shm transport did not open";
+  const TransportEndpoint a{"h0", d0->address()}, b{"h0", d1->address()};
+  const TransportEndpoint bElsewhere{"h1", d1->address()};
+  EXPECT_TRUE(shmBetween(a, b));
+  EXPECT_TRUE(shmBetween(b, a));
+  EXPECT_FALSE(shmBetween(a, bElsewhere));
+  EXPECT_FALSE(shmBetween(bElsewhere, a));
+  EXPECT_TRUE(shmWithinHosts({a, b}));
+  EXPECT_FALSE(shmWithinHosts({a, bElsewhere}));
+}
+
+}  // namespace
+}  // namespace gs::control
