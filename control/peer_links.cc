@@ -23,12 +23,12 @@ std::vector<stream::Algorithm> allowedAlgorithms(const std::string& setting,
                                                  const stream::Topology& topology) {
   std::vector<stream::Algorithm> out;
   if (setting == "auto") {
-    // Known issue: halving-doubling (also inside hierarchical across hosts) can stall in the
-    // engine on some sequences of small in-place allreduces (capi_collectives_test, 4 ranks),
-    // although its schedules pass the checker. Until that is fixed, auto picks ring or tree;
-    // GS_ALGO=halving_doubling / hierarchical still select them explicitly.
-    (void)topology;
-    out = {stream::Algorithm::kRing, stream::Algorithm::kTree};
+    // Every schedule the topology can run; hierarchical only across several hosts with the
+    // same number of ranks each (on one host it is the ring with extra steps).
+    for (stream::Algorithm a : stream::kAlgorithms) {
+      if (a != stream::Algorithm::kHierarchical || (topology.hosts() > 1 && topology.uniform()))
+        out.push_back(a);
+    }
     return out;
   }
   stream::Algorithm a;

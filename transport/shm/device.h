@@ -9,6 +9,7 @@
 
 #include "transport/device.h"
 #include "transport/shm/segment.h"
+#include "transport/shm/wire.h"
 
 namespace gs::transport::shm {
 
@@ -50,6 +51,8 @@ class Device final : public transport::Device {
   void detach(Connection* connection);
 
  private:
+  ControlBlock& control() const;
+
   int rank_;
   int nranks_;
   Secret secret_;
@@ -57,6 +60,7 @@ class Device final : public transport::Device {
   uint64_t token_ = 0;  // random, in our blob and control segment: proves the segment is ours
   std::unique_ptr<Segment> control_;  // our doorbell, which peers ring
   std::atomic<uint32_t> nextRegionId_{1};
+  std::atomic<bool> interrupted_{false};
   std::mutex connectionsMutex_;
   std::vector<Connection*> connections_;
 };

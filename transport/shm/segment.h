@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -8,7 +9,9 @@ namespace gs::transport::shm {
 
 /// One POSIX shared-memory object mapped into this process (shm_open + mmap, MAP_SHARED).
 /// The creator owns the name: destroying its Segment unlinks it (unless unlinked earlier);
-/// an opener only unmaps. Not thread-safe to destroy while another thread reads it.
+/// an opener only unmaps, or unlinks explicitly. Pages are reserved at creation (fallocate),
+/// so a full /dev/shm is an error then, never a SIGBUS on first touch. Not thread-safe to
+/// destroy while another thread reads it.
 class Segment {
  public:
   /// Creates `name` (exclusively, mode 0600) with `bytes` of zeroed memory. Throws kSystem
@@ -24,7 +27,7 @@ class Segment {
   void* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& name() const { return name_; }
-  /// Removes the name (the mapping stays valid). Idempotent; creators only.
+  /// Removes the name (every mapping stays valid). Idempotent.
   void unlink() noexcept;
 
  private:
@@ -36,5 +39,15 @@ class Segment {
   bool owner_;
   bool linked_;
 };
+
+/// Names of a device's segments, all under its prefix ("/gs-<pid>-<token>").
+std::string controlSegmentName(const std::string& prefix);
+std::string regionSegmentName(const std::string& prefix, uint32_t id);
+/// A connection's segment: made by the dialer (the higher rank) for the acceptor.
+std::string connectionSegmentName(const std::string& dialerPrefix, int acceptorRank);
+
+/// Unlinks segments under /dev/shm left by gradstream processes that no longer exist (a
+/// crashed rank cannot unlink its own). Returns how many it removed.
+int removeStaleSegments() noexcept;
 
 }  // namespace gs::transport::shm

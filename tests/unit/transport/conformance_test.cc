@@ -25,6 +25,17 @@ class TransportTest : public ::testing::TestWithParam<std::string> {
   }
 };
 
+// Memory a peer writes into comes from Device::allocateRegion (shm peers cannot reach the
+// heap); this views it as bytes.
+std::span<uint8_t> bytesOf(const MemoryRegion& region) {
+  return {static_cast<uint8_t*>(region.data()), region.size()};
+}
+
+std::vector<uint8_t> asVector(const MemoryRegion& region) {
+  auto b = bytesOf(region);
+  return {b.begin(), b.end()};
+}
+
 std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
   std::vector<uint8_t> v(n);
   for (size_t i = 0; i < n; ++i)
@@ -65,10 +76,9 @@ TEST_P(TransportTest, ConnectsTwoRanksBothWaysConcurrently) {
 
 TEST_P(TransportTest, ThreeRanksConnectInDifferentOrdersAndExchange) {
   auto ranks = connectRanks(backend(), 3);
-  std::vector<std::vector<uint8_t>> in(3, std::vector<uint8_t>(3 * 64, 0));
   std::vector<std::unique_ptr<MemoryRegion>> inRegions;
   for (int r = 0; r < 3; ++r)
-    inRegions.push_back(ranks[r].device->registerMemory(in[r].data(), in[r].size()));
+    inRegions.push_back(ranks[r].device->allocateRegion(3 * 64));
   std::vector<uint8_t> out = pattern(64, 5);
   std::vector<std::unique_ptr<MemoryRegion>> outRegions;
   for (int r = 0; r < 3; ++r)
@@ -85,7 +95,8 @@ TEST_P(TransportTest, ThreeRanksConnectInDifferentOrdersAndExchange) {
     for (int from = 0; from < 3; ++from) {
       if (from == to)
         continue;
-      EXPECT_EQ(0, memcmp(in[to].data() + 64 * from, out.data(), 64)) << from << "->" << to;
+      EXPECT_EQ(0, memcmp(bytesOf(*inRegions[to]).data() + 64 * from, out.data(), 64))
+          << from << "->" << to;
     }
   }
 }
@@ -94,9 +105,9 @@ TEST_P(TransportTest, WriteWithImmDeliversDataImmAndLength) {
   auto ranks = connectRanks(backend(), 2);
   const size_t kBig = 1 << 20;
   std::vector<uint8_t> src = pattern(kBig, 3);
-  std::vector<uint8_t> dst(kBig + 16, 0);
   auto srcRegion = ranks[0].device->registerMemory(src.data(), src.size());
-  auto dstRegion = ranks[1].device->registerMemory(dst.data(), dst.size());
+  auto dstRegion = ranks[1].device->allocateRegion(kBig + 16);
+  std::span<uint8_t> dst = bytesOf(*dstRegion);
   for (size_t length : {size_t{0}, size_t{1}, kBig}) {
     SCOPED_TRACE(length);
     ranks[1].completions.clear();
@@ -122,11 +133,11 @@ TEST_P(TransportTest, WriteWithImmDeliversDataImmAndLength) {
 TEST_P(TransportTest, MultiSegmentWriteLandsContiguously) {
   auto ranks = connectRanks(backend(), 2);
   std::vector<uint8_t> a = pattern(100, 1), b = pattern(3000, 2), c = pattern(7, 3);
-  std::vector<uint8_t> dst(4096, 0);
   auto ra = ranks[0].device->registerMemory(a.data(), a.size());
   auto rb = ranks[0].device->registerMemory(b.data(), b.size());
   auto rc = ranks[0].device->registerMemory(c.data(), c.size());
-  auto rd = ranks[1].device->registerMemory(dst.data(), dst.size());
+  auto rd = ranks[1].device->allocateRegion(4096);
+  std::span<uint8_t> dst = bytesOf(*rd);
   LocalSegment segs[] = {
       {ra.get(), 10, 90}, {rb.get(), 0, 3000}, {rc.get(), 0, 0}, {rc.get(), 2, 5}};
   ASSERT_EQ(ranks[0].peers[1]->postWrite(segs, rd->remoteKey(), 5, 42, 1), PostResult::kOk);
@@ -149,9 +160,8 @@ TEST_P(TransportTest, ManyWritesInFlightWithBackPressure) {
   constexpr size_t kSlot = 4096;
   constexpr int kSlots = 64;
   std::vector<uint8_t> src = pattern(kSlot * kSlots, 9);
-  std::vector<uint8_t> dst(kSlot * kSlots, 0);
   auto rs = ranks[0].device->registerMemory(src.data(), src.size());
-  auto rd = ranks[1].device->registerMemory(dst.data(), dst.size());
+  auto rd = ranks[1].device->allocateRegion(kSlot * kSlots);
   int posted = 0;
   int wouldBlock = 0;
   std::set<uint32_t> imms;
@@ -187,7 +197,7 @@ TEST_P(TransportTest, ManyWritesInFlightWithBackPressure) {
   EXPECT_EQ(imms.size(), size_t{kWrites});
   EXPECT_EQ(*imms.rbegin(), uint32_t{kWrites - 1});
   EXPECT_GT(wouldBlock, 0) << "the queues never filled, so back-pressure was not exercised";
-  EXPECT_EQ(src, dst);
+  EXPECT_EQ(src, asVector(*rd));
 }
 
 TEST_P(TransportTest, SendRecvFifo) {
@@ -242,9 +252,9 @@ TEST_P(TransportTest, SendLongerThanReceiveBufferFailsConnection) {
 // fails with kRemote, nothing is written, and nothing crashes.
 void expectForgedWriteRejected(const std::string& backend, bool badId) {
   auto ranks = connectRanks(backend, 2);
-  std::vector<uint8_t> src(256, 0xee), dst(128, 0);
+  std::vector<uint8_t> src(256, 0xee);
   auto rs = ranks[0].device->registerMemory(src.data(), src.size());
-  auto rd = ranks[1].device->registerMemory(dst.data(), dst.size());
+  auto rd = ranks[1].device->allocateRegion(128);
   RemoteKey key = rd->remoteKey();
   uint64_t offset = 64;  // 64 + 256 > 128
   if (badId) {
@@ -264,7 +274,7 @@ void expectForgedWriteRejected(const std::string& backend, bool badId) {
   // the receiver learns that rank 0's connection failed.
   const char* expected = backend == "verbs" ? "rank 0" : "peer rank 0 sent an invalid frame";
   EXPECT_NE(why.find(expected), std::string::npos) << why;
-  EXPECT_EQ(dst, std::vector<uint8_t>(128, 0));
+  EXPECT_EQ(asVector(*rd), std::vector<uint8_t>(128, 0));
   EXPECT_EQ(ranks[1].peers[0]->postWrite({}, rd->remoteKey(), 0, 0, 0), PostResult::kError);
 }
 
@@ -367,9 +377,9 @@ TEST_P(TransportTest, WaitForActivityWakesOnDataAndInterrupt) {
   waker.join();
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
   // Data arriving wakes the receiver's device too.
-  std::vector<uint8_t> src(32, 1), dst(32, 0);
+  std::vector<uint8_t> src(32, 1);
   auto rs = ranks[1].device->registerMemory(src.data(), src.size());
-  auto rd = ranks[0].device->registerMemory(dst.data(), dst.size());
+  auto rd = ranks[0].device->allocateRegion(32);
   start = std::chrono::steady_clock::now();
   std::thread writer([&] {
     std::this_thread::sleep_for(20ms);
@@ -392,7 +402,7 @@ TEST_P(TransportTest, WaitForActivityWakesOnDataAndInterrupt) {
 // The verbs build of this suite (transport_verbs_test, label rdma) runs inside the Soft-RoCE
 // virtual machine with GS_CONFORMANCE_BACKENDS="verbs".
 #ifndef GS_CONFORMANCE_BACKENDS
-#define GS_CONFORMANCE_BACKENDS "loopback", "tcp"
+#define GS_CONFORMANCE_BACKENDS "loopback", "tcp", "shm"
 #endif
 INSTANTIATE_TEST_SUITE_P(Backends,
                          TransportTest,

@@ -1,0 +1,218 @@
+// shm-specific behaviour beyond the conformance suite: real processes, address validation,
+// what peers may write into, and that no segment outlives its owner.
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "tests/unit/transport/test_util.h"
+#include "transport/shm/device.h"
+#include "transport/shm/segment.h"
+#include "transport/shm/wire.h"
+
+namespace gs::transport::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Names under /dev/shm that processes with this pid created.
+std::vector<std::string> segmentsOf(pid_t pid) {
+  std::vector<std::string> out;
+  const std::string prefix = "gs-" + std::to_string(pid) + "-";
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (dirent* e = readdir(dir)) {
+      if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0)
+        out.emplace_back(e->d_name);
+    }
+    closedir(dir);
+  }
+  return out;
+}
+
+void writeAll(int fd, const void* data, size_t n) {
+  ASSERT_EQ(write(fd, data, n), static_cast<ssize_t>(n));
+}
+
+bool readAll(int fd, void* data, size_t n) {
+  auto* p = static_cast<uint8_t*>(data);
+  while (n > 0) {
+    ssize_t got = read(fd, p, n);
+    if (got <= 0)
+      return false;
+    p += got;
+    n -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+TEST(ShmTransport, WritesCrossProcessesAndAKilledPeerIsNoticed) {
+  const uint64_t fabric = freshFabricId();
+  auto device = createDevice("shm", makeOptions(0, 2, fabric, {}));
+  auto target = device->allocateRegion(4096);
+  int toChild[2], toParent[2];
+  ASSERT_EQ(pipe(toChild), 0);
+  ASSERT_EQ(pipe(toParent), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Rank 1: connect, write a pattern with imm 77 into the parent's region, then wait to be
+    // killed (bounded: exit after 20 s whatever happens).
+    alarm(20);
+    try {
+      auto mine = createDevice("shm", makeOptions(1, 2, fabric, {}));
+      std::vector<uint8_t> blob = mine->address();
+      uint32_t size = static_cast<uint32_t>(blob.size());
+      if (write(toParent[1], &size, 4) != 4 || write(toParent[1], blob.data(), size) != size)
+        _exit(2);
+      std::vector<uint8_t> theirs(96);
+      RemoteKey key;
+      if (!readAll(toChild[0], theirs.data(), theirs.size()) ||
+          !readAll(toChild[0], &key, sizeof(key)))
+        _exit(3);
+      auto c = mine->connect(0, theirs, Deadline::after(5s));
+      std::vector<uint8_t> data(4096);
+      for (size_t i = 0; i < data.size(); ++i)
+        data[i] = static_cast<uint8_t>(i * 13);
+      auto src = mine->registerMemory(data.data(), data.size());
+      LocalSegment seg{src.get(), 0, data.size()};
+      if (c->postWrite({&seg, 1}, key, 0, 77, 1) != PostResult::kOk)
+        _exit(4);
+      pause();
+    } catch (...) {
+      _exit(5);
+    }
+    _exit(0);
+  }
+  uint32_t size = 0;
+  ASSERT_TRUE(readAll(toParent[0], &size, 4));
+  ASSERT_EQ(size, 96u);
+  std::vector<uint8_t> childBlob(size);
+  ASSERT_TRUE(readAll(toParent[0], childBlob.data(), size));
+  EXPECT_TRUE(shm::sameDomain(childBlob, device->address()));
+  std::vector<uint8_t> myBlob = device->address();
+  writeAll(toChild[1], myBlob.data(), myBlob.size());
+  RemoteKey key = target->remoteKey();
+  writeAll(toChild[1], &key, sizeof(key));
+  auto c = device->connect(1, childBlob, Deadline::after(5s));
+
+  Completion done[4];
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  bool landed = false;
+  while (!landed && std::chrono::steady_clock::now() < until) {
+    device->waitForActivity(std::chrono::microseconds(100000));
+    for (size_t i = 0, n = c->poll(done); i < n; ++i) {
+      ASSERT_EQ(done[i].kind, CompletionKind::kRemoteWrite) << c->errorMessage();
+      EXPECT_EQ(done[i].imm, 77u);
+      EXPECT_EQ(done[i].length, 4096u);
+      landed = true;
+    }
+  }
+  ASSERT_TRUE(landed);
+  const auto* bytes = static_cast<const uint8_t*>(target->data());
+  for (size_t i = 0; i < 4096; ++i)
+    ASSERT_EQ(bytes[i], static_cast<uint8_t>(i * 13)) << i;
+
+  kill(child, SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  bool failed = false;
+  while (!failed && std::chrono::steady_clock::now() < killed + 5s) {
+    device->waitForActivity(std::chrono::microseconds(2000));
+    for (size_t i = 0, n = c->poll(done); i < n; ++i)
+      failed |= done[i].kind == CompletionKind::kError;
+  }
+  const auto noticed = std::chrono::steady_clock::now() - killed;
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(failed) << "a killed peer was not noticed within 5 s";
+  EXPECT_LT(noticed, 1s);
+  const std::string why = c->errorMessage();
+  EXPECT_NE(why.find("rank 1"), std::string::npos) << why;
+  EXPECT_NE(why.find("exited"), std::string::npos) << why;
+  // The killed rank could not clean up; the next device in any process removes what it left.
+  c.reset();
+  EXPECT_FALSE(segmentsOf(child).empty());
+  EXPECT_GE(shm::removeStaleSegments(), 1);
+  EXPECT_TRUE(segmentsOf(child).empty());
+  for (int fd : {toChild[0], toChild[1], toParent[0], toParent[1]})
+    close(fd);
+}
+
+TEST(ShmTransport, MalformedOrForeignAddressesAreRefusedNamingThePeer) {
+  const uint64_t fabric = freshFabricId();
+  auto a = createDevice("shm", makeOptions(0, 2, fabric, {}));
+  auto b = createDevice("shm", makeOptions(1, 2, fabric, {}));
+  std::vector<uint8_t> blob = b->address();
+  auto expectRefused = [&](std::vector<uint8_t> bad, Errc code, const char* what) {
+    try {
+      a->connect(1, bad, Deadline::after(200ms));
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+    }
+  };
+  expectRefused(std::vector<uint8_t>(blob.begin(), blob.end() - 1), Errc::kInvalidArgument,
+                "short blob");
+  shm::AddressBlob parsed;
+  std::memcpy(&parsed, blob.data(), sizeof(parsed));
+  auto withBlob = [](shm::AddressBlob x) {
+    std::vector<uint8_t> v(sizeof(x));
+    std::memcpy(v.data(), &x, sizeof(x));
+    return v;
+  };
+  shm::AddressBlob escaping = parsed;
+  std::strcpy(escaping.prefix, "/gs-1/../../etc");
+  expectRefused(withBlob(escaping), Errc::kInvalidArgument, "a prefix that is a path");
+  shm::AddressBlob unterminated = parsed;
+  std::memset(unterminated.prefix, 'a', sizeof(unterminated.prefix));
+  expectRefused(withBlob(unterminated), Errc::kInvalidArgument, "an unterminated prefix");
+  shm::AddressBlob elsewhere = parsed;
+  elsewhere.pidNamespace ^= 1;
+  EXPECT_FALSE(shm::sameDomain(withBlob(elsewhere), a->address()));
+  expectRefused(withBlob(elsewhere), Errc::kUnsupported, "another pid namespace");
+  EXPECT_TRUE(shm::sameDomain(blob, a->address()));
+  EXPECT_FALSE(shm::sameDomain(std::vector<uint8_t>(96, 0), a->address()));
+}
+
+TEST(ShmTransport, OnlyAllocatedRegionsAreWritableAndSendsAreBounded) {
+  {
+    auto ranks = connectRanks("shm", 2);
+    std::vector<uint8_t> src(64, 1), heap(64, 0);
+    auto rs = ranks[0].device->registerMemory(src.data(), src.size());
+    auto rh = ranks[1].device->registerMemory(heap.data(), heap.size());
+    LocalSegment seg{rs.get(), 0, 64};
+    EXPECT_EQ(ranks[0].peers[1]->postWrite({&seg, 1}, rh->remoteKey(), 0, 1, 1),
+              PostResult::kError);
+    EXPECT_NE(ranks[0].peers[1]->errorMessage().find("not shared memory"), std::string::npos)
+        << ranks[0].peers[1]->errorMessage();
+    EXPECT_EQ(heap, std::vector<uint8_t>(64, 0));
+  }
+  {
+    auto ranks = connectRanks("shm", 2);
+    std::vector<uint8_t> big(shm::kMessageBytes + 1, 2);
+    auto rb = ranks[0].device->registerMemory(big.data(), big.size());
+    EXPECT_EQ(ranks[0].peers[1]->postSend({rb.get(), 0, big.size()}, 1), PostResult::kError);
+    EXPECT_NE(ranks[0].peers[1]->errorMessage().find("at most 4096 bytes"), std::string::npos)
+        << ranks[0].peers[1]->errorMessage();
+  }
+}
+
+TEST(ShmTransport, NoSegmentOutlivesItsOwner) {
+  const pid_t self = getpid();
+  ASSERT_TRUE(segmentsOf(self).empty());
+  {
+    auto ranks = connectRanks("shm", 3);
+    auto region = ranks[0].device->allocateRegion(1 << 20);
+    // Per device its control segment, plus the region; connection names are gone once both
+    // ends mapped them.
+    EXPECT_EQ(segmentsOf(self).size(), 3u + 1u);
+  }
+  EXPECT_TRUE(segmentsOf(self).empty());
+}
+
+}  // namespace
+}  // namespace gs::transport::testing

@@ -1,0 +1,368 @@
+#include "transport/shm/connection.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "transport/shm/device.h"
+#include "transport/shm/doorbell.h"
+
+namespace gs::transport::shm {
+namespace {
+
+constexpr size_t kCompletionCapacity = 1024;
+constexpr size_t kRecvCapacity = 256;
+// Peer regions kept mapped per connection; beyond it the oldest mapping is dropped (and made
+// again on its next use). The engine writes into one region per peer.
+constexpr size_t kMaxMappedRegions = 64;
+constexpr auto kLivenessPeriod = std::chrono::milliseconds(5);
+
+// A descriptor that becomes readable when the process exits; -1 for ourselves (a rank that is
+// a thread of this process) or where pidfd_open is missing (then kill(pid, 0) is used).
+int openPidfd(int32_t pid) {
+  if (pid <= 0 || pid == getpid())
+    return -1;
+  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+}
+
+bool processExited(int pidfd, int32_t pid) {
+  if (pid <= 0 || pid == getpid())
+    return false;
+  if (pidfd >= 0) {
+    pollfd p{pidfd, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  }
+  return kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+}  // namespace
+
+Connection::Connection(Device& device, ConnectionSetup setup)
+    : device_(device),
+      rank_(setup.rank),
+      peer_(setup.peer),
+      side_(setup.side),
+      segment_(std::move(setup.segment)),
+      block_(static_cast<ConnectionBlock*>(segment_->data())),
+      peerControlSegment_(std::move(setup.peerControl)),
+      peerControl_(static_cast<ControlBlock*>(peerControlSegment_->data())),
+      peerPrefix_(std::move(setup.peerPrefix)),
+      peerToken_(setup.peerToken),
+      peerPid_(setup.peerPid),
+      expectedPeerProof_(setup.expectedPeerProof),
+      peerReady_(setup.side == 0),  // the acceptor checked the dialer's hello in connect()
+      pidfd_(openPidfd(setup.peerPid)),
+      completions_(kCompletionCapacity),
+      recvs_(kRecvCapacity) {
+  mapped_.reserve(kMaxMappedRegions);
+  device_.attach(this);
+}
+
+Connection::~Connection() {
+  device_.detach(this);
+  storeRelease(outgoing().closed, 1u);
+  ring(*peerControl_);
+  if (pidfd_ >= 0)
+    close(pidfd_);
+}
+
+void Connection::fail(std::string message) {
+  if (failed_)
+    return;
+  failed_ = true;
+  error_ = std::move(message);
+  recvs_.clear();  // their memory is about to be reused
+  // A failing end closes, so the peer learns too.
+  storeRelease(outgoing().closed, 1u);
+  ring(*peerControl_);
+}
+
+bool Connection::pushNotice(const Notice& notice) {
+  Half& out = outgoing();
+  const uint64_t head = loadAcquire(out.noticeHead);
+  if (noticeTail_ - head >= kNotices)
+    return false;
+  std::memcpy(&out.notices[noticeTail_ % kNotices], &notice, sizeof(notice));
+  storeRelease(out.noticeTail, ++noticeTail_);
+  ring(*peerControl_);
+  return true;
+}
+
+void Connection::reject(RejectReason reason,
+                        uint32_t length,
+                        uint64_t detail,
+                        std::string message) {
+  // Best effort: when the queue is full, the closed flag that fail() sets still tells the peer.
+  pushNotice(Notice{static_cast<uint32_t>(NoticeKind::kReject), 0, length,
+                    static_cast<uint32_t>(reason), detail, 0});
+  fail(std::move(message));
+}
+
+Segment* Connection::targetRegion(const RemoteKey& key, std::string* why) {
+  RegionKey k;
+  if (key.length != sizeof(RegionKey)) {
+    *why = "the target is not shared memory (peers write only into regions from allocateRegion)";
+    return nullptr;
+  }
+  std::memcpy(&k, key.bytes, sizeof(k));
+  if (k.magic != RegionKey::kMagic) {
+    *why = "the region key is malformed";
+    return nullptr;
+  }
+  if (k.token != peerToken_) {
+    *why = formatString("region key %u belongs to another device than rank %d's", k.id, peer_);
+    return nullptr;
+  }
+  for (MappedRegion& m : mapped_) {
+    if (m.id == k.id)
+      return m.segment.get();
+  }
+  std::unique_ptr<Segment> segment;
+  try {
+    segment = Segment::open(regionSegmentName(peerPrefix_, k.id));
+  } catch (const Error& e) {
+    *why = e.what();
+    return nullptr;
+  }
+  if (!segment) {
+    *why = formatString("region id %u is not registered", k.id);
+    return nullptr;
+  }
+  if (mapped_.size() == kMaxMappedRegions)
+    mapped_.erase(mapped_.begin());
+  mapped_.push_back(MappedRegion{k.id, std::move(segment)});
+  return mapped_.back().segment.get();
+}
+
+PostResult Connection::postWrite(std::span<const LocalSegment> segments,
+                                 const RemoteKey& dst,
+                                 uint64_t dstOffset,
+                                 uint32_t imm,
+                                 WorkId id) {
+  if (failed_)
+    return PostResult::kError;
+  if (segments.size() > kMaxSegments) {
+    fail(formatString("postWrite with %zu segments (at most %zu)", segments.size(), kMaxSegments));
+    return PostResult::kError;
+  }
+  Half& out = outgoing();
+  const uint64_t head = loadAcquire(out.noticeHead);
+  if (noticeTail_ - head > kNotices) {
+    fail(formatString("peer rank %d corrupted the shared notice queue", peer_));
+    return PostResult::kError;
+  }
+  if (completions_.full() || noticeTail_ - head == kNotices)
+    return PostResult::kWouldBlock;
+  uint64_t total = 0;
+  for (const LocalSegment& s : segments)
+    total += s.length;
+  std::string why;
+  Segment* target = targetRegion(dst, &why);
+  if (target != nullptr &&
+      (total > UINT32_MAX || dstOffset > target->size() || total > target->size() - dstOffset)) {
+    why = formatString("write of %llu bytes at offset %llu is outside the region (%zu bytes)",
+                       static_cast<unsigned long long>(total),
+                       static_cast<unsigned long long>(dstOffset), target->size());
+    target = nullptr;
+  }
+  if (target == nullptr) {
+    reject(RejectReason::kBadWrite, static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX)),
+           dstOffset, formatString("invalid write to rank %d: %s", peer_, why.c_str()));
+    return PostResult::kError;
+  }
+  uint8_t* at = static_cast<uint8_t*>(target->data()) + dstOffset;
+  for (const LocalSegment& s : segments) {
+    if (s.length)
+      std::memcpy(at, s.data(), s.length);
+    at += s.length;
+  }
+  const auto length = static_cast<uint32_t>(total);
+  pushNotice(Notice{static_cast<uint32_t>(NoticeKind::kWrite), imm, length, 0, 0, 0});
+  completions_.push(Completion{id, CompletionKind::kWrite, Errc::kOk, 0, length});
+  return PostResult::kOk;
+}
+
+PostResult Connection::postSend(const LocalSegment& segment, WorkId id) {
+  if (failed_)
+    return PostResult::kError;
+  if (segment.length > kMessageBytes) {
+    fail(formatString("postSend of %zu bytes to rank %d: shm sends carry at most %zu bytes",
+                      segment.length, peer_, kMessageBytes));
+    return PostResult::kError;
+  }
+  Half& out = outgoing();
+  const uint64_t head = loadAcquire(out.messageHead);
+  if (messageTail_ - head > kMessages) {
+    fail(formatString("peer rank %d corrupted the shared message queue", peer_));
+    return PostResult::kError;
+  }
+  if (completions_.full() || messageTail_ - head == kMessages)
+    return PostResult::kWouldBlock;
+  Message& m = out.messages[messageTail_ % kMessages];
+  m.length = static_cast<uint32_t>(segment.length);
+  if (segment.length)
+    std::memcpy(m.data, segment.data(), segment.length);
+  storeRelease(out.messageTail, ++messageTail_);
+  ring(*peerControl_);
+  completions_.push(Completion{id, CompletionKind::kSend, Errc::kOk, 0, m.length});
+  return PostResult::kOk;
+}
+
+PostResult Connection::postRecv(const LocalSegment& segment, WorkId id) {
+  if (failed_)
+    return PostResult::kError;
+  return recvs_.push(PendingRecv{segment, id}) ? PostResult::kOk : PostResult::kWouldBlock;
+}
+
+bool Connection::peerHelloChecked() {
+  if (peerReady_)
+    return true;
+  Half& in = incoming();
+  if (loadAcquire(in.hello.state) != 1)
+    return false;
+  Hello hello;
+  std::memcpy(&hello, &in.hello, sizeof(hello));
+  if (hello.rank != peer_ || hello.token != peerToken_ ||
+      !tagsEqual(hello.proof, expectedPeerProof_)) {
+    GS_LOG_WARN("rejected shm connection from rank %d: its hello does not prove the secret", peer_);
+    fail(formatString("rank %d answered with an invalid hello (different communicator secret?)",
+                      peer_));
+    return false;
+  }
+  peerReady_ = true;
+  return true;
+}
+
+size_t Connection::takeNotices(std::span<Completion> out) {
+  Half& in = incoming();
+  const uint64_t tail = loadAcquire(in.noticeTail);
+  if (tail - noticeHead_ > kNotices) {
+    fail(formatString("peer rank %d sent an invalid frame: its notice queue is corrupt", peer_));
+    return 0;
+  }
+  size_t n = 0;
+  while (n < out.size() && noticeHead_ != tail && !failed_) {
+    Notice notice;
+    std::memcpy(&notice, &in.notices[noticeHead_ % kNotices], sizeof(notice));
+    ++noticeHead_;
+    if (notice.kind == static_cast<uint32_t>(NoticeKind::kWrite)) {
+      out[n++] = Completion{0, CompletionKind::kRemoteWrite, Errc::kOk, notice.imm, notice.length};
+    } else if (notice.kind == static_cast<uint32_t>(NoticeKind::kReject) &&
+               notice.reason == static_cast<uint32_t>(RejectReason::kSendTooLong)) {
+      fail(
+          formatString("rank %d rejected our send: %u bytes exceed its posted receive buffer of "
+                       "%llu",
+                       peer_, notice.length, static_cast<unsigned long long>(notice.detail)));
+    } else if (notice.kind == static_cast<uint32_t>(NoticeKind::kReject)) {
+      fail(
+          formatString("peer rank %d sent an invalid frame: a write of %u bytes at offset %llu "
+                       "outside the regions this rank gave it",
+                       peer_, notice.length, static_cast<unsigned long long>(notice.detail)));
+    } else {
+      fail(formatString("peer rank %d sent an invalid frame: notice kind %u", peer_, notice.kind));
+    }
+  }
+  storeRelease(in.noticeHead, noticeHead_);
+  return n;
+}
+
+size_t Connection::takeMessages(std::span<Completion> out) {
+  Half& in = incoming();
+  const uint64_t tail = loadAcquire(in.messageTail);
+  if (tail - messageHead_ > kMessages) {
+    fail(formatString("peer rank %d sent an invalid frame: its message queue is corrupt", peer_));
+    return 0;
+  }
+  size_t n = 0;
+  while (n < out.size() && messageHead_ != tail && !recvs_.empty()) {
+    const Message& m = in.messages[messageHead_ % kMessages];
+    const uint32_t length = m.length;  // read once: the peer could change it meanwhile
+    const PendingRecv recv = recvs_.front();
+    if (length > kMessageBytes) {
+      fail(formatString("peer rank %d sent an invalid frame: a message of %u bytes (at most %zu)",
+                        peer_, length, kMessageBytes));
+      break;
+    }
+    if (length > recv.segment.length) {
+      reject(RejectReason::kSendTooLong, length, recv.segment.length,
+             formatString("peer rank %d sent an invalid frame: send of %u bytes exceeds the "
+                          "posted receive buffer of %zu",
+                          peer_, length, recv.segment.length));
+      break;
+    }
+    if (length)
+      std::memcpy(const_cast<uint8_t*>(recv.segment.data()), m.data, length);
+    recvs_.pop();
+    ++messageHead_;
+    out[n++] = Completion{recv.id, CompletionKind::kRecv, Errc::kOk, 0, length};
+  }
+  storeRelease(in.messageHead, messageHead_);
+  return n;
+}
+
+void Connection::checkPeerAlive() {
+  // Its last notices came before its closed flag (release order): report those first.
+  if (loadAcquire(incoming().closed) != 0 && noticeHead_ == loadAcquire(incoming().noticeTail)) {
+    fail(formatString("peer rank %d closed the connection", peer_));
+    return;
+  }
+  if (loadAcquire(peerControl_->closed) != 0) {
+    fail(formatString("peer rank %d closed the connection (its device is gone)", peer_));
+    return;
+  }
+  const auto now = Clock::now();
+  if (now < nextLivenessCheck_)
+    return;
+  nextLivenessCheck_ = now + kLivenessPeriod;
+  if (processExited(pidfd_, peerPid_))
+    fail(formatString("peer rank %d (pid %d) exited: connection reset", peer_, peerPid_));
+}
+
+size_t Connection::poll(std::span<Completion> out) {
+  size_t n = 0;
+  while (n < out.size() && !completions_.empty()) {
+    out[n++] = completions_.front();
+    completions_.pop();
+  }
+  if (!failed_ && peerHelloChecked()) {
+    n += takeNotices(out.subspan(n));
+    if (!failed_)
+      n += takeMessages(out.subspan(n));
+  }
+  if (!failed_)
+    checkPeerAlive();
+  if (failed_ && !errorReported_ && n < out.size()) {
+    errorReported_ = true;
+    out[n++] = Completion{0, CompletionKind::kError, Errc::kRemote, 0, 0};
+  }
+  return n;
+}
+
+bool Connection::hasNews() const {
+  if (failed_)
+    return !errorReported_;
+  if (!completions_.empty())
+    return true;
+  Half& in = incoming();
+  auto peek = [](uint64_t& word) {
+    return std::atomic_ref<uint64_t>(word).load(std::memory_order_relaxed);
+  };
+  auto peek32 = [](uint32_t& word) {
+    return std::atomic_ref<uint32_t>(word).load(std::memory_order_relaxed);
+  };
+  return peek(in.noticeTail) != noticeHead_ ||
+         (!recvs_.empty() && peek(in.messageTail) != messageHead_) || peek32(in.closed) != 0 ||
+         peek32(peerControl_->closed) != 0 || (!peerReady_ && peek32(in.hello.state) != 0);
+}
+
+std::string Connection::errorMessage() const {
+  return failed_ ? error_ : std::string();
+}
+
+}  // namespace gs::transport::shm

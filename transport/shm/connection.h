@@ -1,0 +1,110 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "transport/connection.h"
+#include "transport/ring.h"
+#include "transport/shm/segment.h"
+#include "transport/shm/wire.h"
+
+namespace gs::transport::shm {
+
+class Device;
+
+/// What Device::connect() hands a new connection: the mapped segments and who the peer is.
+struct ConnectionSetup {
+  int rank = -1;
+  int peer = -1;
+  int side = 0;                      // 0: we are the lower rank (acceptor), 1: the higher (dialer)
+  std::unique_ptr<Segment> segment;  // the connection's ConnectionBlock
+  std::unique_ptr<Segment> peerControl;  // the peer device's ControlBlock (its doorbell)
+  std::string peerPrefix;                // names of the peer's regions start so
+  uint64_t peerToken = 0;
+  int32_t peerPid = 0;
+  AuthTag expectedPeerProof{};  // the hello the peer must write (dialers check it in poll)
+};
+
+/// One rank's end of a shared-memory connection. A write copies the segments straight into
+/// the peer's region (mapped on first use, bounds checked against the mapping) and queues a
+/// notice; its kWrite completion is immediate. Sends copy into a message slot of the shared
+/// queue, which the peer matches with its posted receives in order.
+///
+/// A peer is gone when its half says closed (its Connection was destroyed), its device says
+/// closed, or its process exited (pidfd, checked every few milliseconds while polling).
+/// Bounded queues give kWouldBlock when full. Used by one thread at a time.
+class Connection final : public transport::Connection {
+ public:
+  Connection(Device& device, ConnectionSetup setup);
+  ~Connection() override;
+
+  int peer() const override { return peer_; }
+  PostResult postWrite(std::span<const LocalSegment> segments,
+                       const RemoteKey& dst,
+                       uint64_t dstOffset,
+                       uint32_t imm,
+                       WorkId id) override;
+  PostResult postSend(const LocalSegment& segment, WorkId id) override;
+  PostResult postRecv(const LocalSegment& segment, WorkId id) override;
+  size_t poll(std::span<Completion> out) override;
+  std::string errorMessage() const override;
+
+  /// Whether poll() may have something to report (the device's wait checks this before it
+  /// sleeps). Reads shared words only; never fails the connection.
+  bool hasNews() const;
+
+ private:
+  struct PendingRecv {
+    LocalSegment segment;
+    WorkId id = 0;
+  };
+  struct MappedRegion {
+    uint32_t id = 0;
+    std::unique_ptr<Segment> segment;
+  };
+
+  Half& outgoing() const { return block_->halves[side_]; }
+  Half& incoming() const { return block_->halves[1 - side_]; }
+  void fail(std::string message);
+  // Tells the peer we refuse what it did, then fails this end.
+  void reject(RejectReason reason, uint32_t length, uint64_t detail, std::string message);
+  bool pushNotice(const Notice& notice);
+  // The peer's writable region named by key, mapped; null with *why set when there is none.
+  Segment* targetRegion(const RemoteKey& key, std::string* why);
+  bool peerHelloChecked();
+  size_t takeNotices(std::span<Completion> out);
+  size_t takeMessages(std::span<Completion> out);
+  void checkPeerAlive();
+
+  Device& device_;
+  int rank_;
+  int peer_;
+  int side_;
+  std::unique_ptr<Segment> segment_;
+  ConnectionBlock* block_;
+  std::unique_ptr<Segment> peerControlSegment_;
+  ControlBlock* peerControl_;
+  std::string peerPrefix_;
+  uint64_t peerToken_;
+  int32_t peerPid_;
+  AuthTag expectedPeerProof_;
+  bool peerReady_;
+  int pidfd_ = -1;
+  Clock::time_point nextLivenessCheck_{};
+
+  Ring<Completion> completions_;
+  Ring<PendingRecv> recvs_;
+  std::vector<MappedRegion> mapped_;
+  // Queue positions, kept here: the shared copies are what the peer reads (and could spoil).
+  uint64_t noticeTail_ = 0;   // next outgoing notice
+  uint64_t messageTail_ = 0;  // next outgoing message
+  uint64_t noticeHead_ = 0;   // next incoming notice
+  uint64_t messageHead_ = 0;  // next incoming message
+  bool failed_ = false;
+  bool errorReported_ = false;
+  std::string error_;
+};
+
+}  // namespace gs::transport::shm

@@ -1,0 +1,128 @@
+#pragma once
+
+// Layouts of what the shm backend shares between processes: the address blob (through the
+// rendezvous), a device's control segment and a connection's segment. Everything a peer
+// wrote is untrusted: readers copy a field once and validate it before use. Shared words are
+// plain integers accessed through std::atomic_ref (lock-free, address-free on Linux), so a
+// zero-filled segment is a valid initial state.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "common/auth.h"
+
+namespace gs::transport::shm {
+
+inline constexpr uint16_t kWireVersion = 1;
+
+/// What Device::address() publishes. Native byte order: it never leaves the host.
+struct AddressBlob {
+  static constexpr uint32_t kMagic = 0x4d535347;  // "GSSM"
+  uint32_t magic = kMagic;
+  uint16_t version = kWireVersion;
+  uint16_t reserved = 0;
+  int32_t rank = 0;
+  int32_t pid = 0;
+  uint64_t token = 0;  // the device's random token (also in its control segment)
+  // The shared-memory domain: ranks connect over shm only when all three match.
+  uint8_t bootId[16] = {};    // /proc/sys/kernel/random/boot_id
+  uint64_t pidNamespace = 0;  // inode of /proc/self/ns/pid (peers' pids must mean the same)
+  uint64_t shmDevice = 0;     // st_dev of /dev/shm (the mount the segments live in)
+  char prefix[40] = {};       // NUL-terminated name prefix of the device's segments
+};
+static_assert(sizeof(AddressBlob) == 96);
+
+/// A device's control segment ("<prefix>-ctl"): identity, a proof that its owner holds the
+/// communicator secret, and the doorbell peers ring after queueing work for it.
+struct ControlBlock {
+  static constexpr uint32_t kMagic = 0x4c435347;  // "GSCL"
+  uint32_t magic;
+  uint32_t version;
+  uint64_t token;
+  AuthTag proof;  // authTag(secret, "gs-shm-device", token)
+  int32_t rank;
+  int32_t pid;
+  alignas(64) uint32_t doorbell;  // futex word: bumped by whoever has news for the owner
+  uint32_t waiters;               // owner threads about to sleep on the doorbell
+  uint32_t closed;                // 1 once the owner's device is gone
+};
+
+/// A one-sided write landed (kWrite), or the sender of this notice refuses what its peer did
+/// (kReject: the connection fails on both sides).
+enum class NoticeKind : uint32_t { kWrite = 1, kReject = 2 };
+enum class RejectReason : uint32_t { kSendTooLong = 1, kBadWrite = 2 };
+struct Notice {
+  uint32_t kind;
+  uint32_t imm;
+  uint32_t length;
+  uint32_t reason;  // kReject: a RejectReason
+  uint64_t detail;  // kReject: the receive buffer's length, or the refused write's offset
+  uint64_t reserved;
+};
+static_assert(sizeof(Notice) == 32);
+
+inline constexpr size_t kNotices = 1024;       // notices in flight per direction
+inline constexpr size_t kMessages = 16;        // two-sided sends in flight per direction
+inline constexpr size_t kMessageBytes = 4096;  // the largest two-sided send
+
+struct Message {
+  uint32_t length;
+  uint32_t reserved[15];
+  uint8_t data[kMessageBytes];
+};
+
+/// Who a connection's side is: written once by its owner, then `state` set to 1 (release).
+struct Hello {
+  uint32_t state;  // 0 nothing yet, 1 valid
+  int32_t rank;
+  int32_t pid;
+  uint32_t reserved;
+  uint64_t token;
+  AuthTag proof;  // authTag(secret, "gs-shm-hello", dialer token, acceptor token, ranks)
+};
+
+/// One direction of a connection, written by its sender except for the two heads, which the
+/// receiver advances as it consumes. Indices are free-running counters.
+struct Half {
+  Hello hello;
+  uint32_t closed;  // 1 once the sender's end of the connection is gone
+  alignas(64) uint64_t noticeTail;
+  alignas(64) uint64_t noticeHead;
+  alignas(64) uint64_t messageTail;
+  alignas(64) uint64_t messageHead;
+  alignas(64) Notice notices[kNotices];
+  Message messages[kMessages];
+};
+
+/// A connection's segment ("<dialer prefix>-c<acceptor rank>", created by the dialer, the
+/// higher rank). halves[0] carries what the lower rank sends, halves[1] the higher rank's.
+struct ConnectionBlock {
+  static constexpr uint32_t kMagic = 0x4e435347;  // "GSCN"
+  uint32_t magic;
+  uint32_t version;
+  alignas(64) Half halves[2];
+};
+
+/// The key of a region peers may write into (Device::allocateRegion): its id and the token of
+/// the device that made it. Regions from registerMemory have an empty key.
+struct RegionKey {
+  static constexpr uint32_t kMagic = 0x4b525347;  // "GSRK"
+  uint32_t magic = kMagic;
+  uint32_t id = 0;
+  uint64_t token = 0;
+};
+static_assert(sizeof(RegionKey) == 16);
+
+template <class T>
+T loadAcquire(T& word) {
+  return std::atomic_ref<T>(word).load(std::memory_order_acquire);
+}
+template <class T>
+void storeRelease(T& word, T value) {
+  std::atomic_ref<T>(word).store(value, std::memory_order_release);
+}
+static_assert(std::atomic_ref<uint64_t>::is_always_lock_free);
+static_assert(std::atomic_ref<uint32_t>::is_always_lock_free);
+
+}  // namespace gs::transport::shm
