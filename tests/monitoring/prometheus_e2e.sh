@@ -80,8 +80,11 @@ done
 start=$(date +%s)
 if [[ $mode == perf ]]; then
   iters=${GS_E2E_ITERS:-250}
-  echo "running: GS_METRICS_ADDR=127.0.0.1:$base $exe --ranks 2 -b 64M -e 64M -n $iters -w 2 -c 0"
-  GS_METRICS_ADDR=127.0.0.1:$base timeout 60 "$exe" --ranks 2 -b 64M -e 64M -n "$iters" -w 2 -c 0 \
+  echo "running: GS_SHM=0 GS_METRICS_ADDR=127.0.0.1:$base $exe --ranks 2 -b 64M -e 64M -n $iters -w 2 -c 0"
+  # Over tcp (GS_SHM=0), as the iteration count was sized for: over shared memory the run is
+  # about twice as fast and may end before Prometheus's first scrape (its scrape manager takes
+  # a few seconds to start on new targets).
+  GS_SHM=0 GS_METRICS_ADDR=127.0.0.1:$base timeout 60 "$exe" --ranks 2 -b 64M -e 64M -n "$iters" -w 2 -c 0 \
     >"$tmp/workload.log" 2>&1 &
   pids+=($!)
   workload=($!)
