@@ -11,6 +11,7 @@
 #include "control/bootstrap.h"
 #include "control/link_transports.h"
 #include "control/net.h"
+#include "control/peer_info.h"
 #include "control/peer_links.h"
 
 namespace gs::control {
@@ -18,72 +19,7 @@ namespace gs::control {
 namespace {
 // codec=auto: ranks agree on the chunk size every this many adaptive collectives.
 constexpr uint64_t kChunkAgreementEvery = 8;
-
-constexpr uint32_t kPeerInfoMagic = 0x49505347;  // "GSPI"
-// 2: shmAddress after address.
-constexpr uint16_t kPeerInfoVersion = 2;
 constexpr int64_t kRendezvousGraceMs = 2000;
-constexpr size_t kMaxAddressBytes = 4096;
-
-// What each rank tells every other through the rendezvous.
-struct PeerInfo {
-  std::string hostname;
-  int32_t pid = 0;
-  std::string transport;  // the network transport (tcp, verbs, loopback): must match
-  int64_t chunkBytes = 0;
-  int64_t slots = 0;
-  std::string codec;
-  std::vector<uint8_t> address;     // network transport blob
-  std::vector<uint8_t> shmAddress;  // shm device blob; empty: no shm device on this rank
-  std::vector<std::pair<int32_t, transport::RemoteKey>> slotKeys;  // (for peer, its slots)
-
-  std::vector<uint8_t> serialize() const {
-    ByteWriter w;
-    w.put(kPeerInfoMagic);
-    w.put(kPeerInfoVersion);
-    w.putString(hostname);
-    w.put(pid);
-    w.putString(transport);
-    w.put(chunkBytes);
-    w.put(slots);
-    w.putString(codec);
-    w.putBytes(address);
-    w.putBytes(shmAddress);
-    w.put(static_cast<uint32_t>(slotKeys.size()));
-    for (const auto& [peer, key] : slotKeys) {
-      w.put(peer);
-      w.put(key);
-    }
-    return std::move(w.bytes());
-  }
-
-  static PeerInfo parse(std::span<const uint8_t> bytes, int rank) {
-    ByteReader r(bytes, formatString("rendezvous record of rank %d", rank));
-    GS_CHECK(r.get<uint32_t>() == kPeerInfoMagic && r.get<uint16_t>() == kPeerInfoVersion,
-             Errc::kRemote, "rank %d runs an incompatible gradstream version", rank);
-    PeerInfo p;
-    p.hostname = r.getString(256);
-    p.pid = r.get<int32_t>();
-    p.transport = r.getString(64);
-    p.chunkBytes = r.get<int64_t>();
-    p.slots = r.get<int64_t>();
-    p.codec = r.getString(256);
-    // getBytes bounds each length (bytes from the network are untrusted).
-    p.address = r.getBytes(kMaxAddressBytes);
-    p.shmAddress = r.getBytes(kMaxAddressBytes);
-    const auto n = r.get<uint32_t>();
-    GS_CHECK(n <= 64, Errc::kRemote, "rank %d sent %u slot keys", rank, n);
-    for (uint32_t i = 0; i < n; ++i) {
-      auto peer = r.get<int32_t>();
-      auto key = r.get<transport::RemoteKey>();
-      GS_CHECK(key.length <= transport::RemoteKey::kMaxBytes, Errc::kRemote,
-               "rank %d sent a malformed memory key", rank);
-      p.slotKeys.emplace_back(peer, key);
-    }
-    GS_CHECK(r.atEnd(), Errc::kRemote, "rank %d sent trailing bytes", rank);
-    return p;
-  }
-};
 
 bool isAutoCodec(const std::string& codec) {
   return codec == "auto" || codec == "AUTO" || codec == "Auto";
@@ -93,23 +29,6 @@ std::string hostName() {
   char buf[256] = {};
   gethostname(buf, sizeof(buf) - 1);
   return buf;
-}
-
-// Settings every rank must share, or collectives would not match chunk for chunk.
-void checkCompatible(const PeerInfo& mine, const PeerInfo& theirs, int myRank, int theirRank) {
-  GS_CHECK(
-      mine.transport == theirs.transport, Errc::kInvalidArgument,
-      "rank %d uses transport '%s' but rank %d uses '%s' (set GS_TRANSPORT alike on all ranks)",
-      myRank, mine.transport.c_str(), theirRank, theirs.transport.c_str());
-  GS_CHECK(
-      mine.chunkBytes == theirs.chunkBytes && mine.slots == theirs.slots, Errc::kInvalidArgument,
-      "rank %d uses chunk_bytes=%lld slots=%lld but rank %d uses chunk_bytes=%lld slots=%lld "
-      "(set GS_CHUNK_BYTES and GS_SLOTS_PER_PEER alike on all ranks)",
-      myRank, static_cast<long long>(mine.chunkBytes), static_cast<long long>(mine.slots),
-      theirRank, static_cast<long long>(theirs.chunkBytes), static_cast<long long>(theirs.slots));
-  GS_CHECK(mine.codec == theirs.codec, Errc::kInvalidArgument,
-           "rank %d uses codec '%s' but rank %d uses '%s'", myRank, mine.codec.c_str(), theirRank,
-           theirs.codec.c_str());
 }
 
 }  // namespace

@@ -1,0 +1,90 @@
+// The rendezvous record (control/peer_info.h): round trip with and without an shm address, and
+// hostile records (bytes from the network) refused with an error naming the rank.
+#include "control/peer_info.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+
+namespace gs::control {
+namespace {
+
+PeerInfo sample() {
+  PeerInfo p;
+  p.hostname = "node-7";
+  p.pid = 4242;
+  p.transport = "tcp";
+  p.chunkBytes = 1 << 20;
+  p.slots = 8;
+  p.codec = "raw";
+  p.address = {1, 2, 3};
+  p.shmAddress = std::vector<uint8_t>(96, 0xab);
+  return p;
+}
+
+// Offset of the shm address's length field in a serialized sample(): the fixed fields, then
+// each string or blob as a u32 length and its bytes.
+size_t shmLengthOffset(const PeerInfo& p) {
+  return 4 + 2 + (4 + p.hostname.size()) + 4 + (4 + p.transport.size()) + 8 + 8 +
+         (4 + p.codec.size()) + (4 + p.address.size());
+}
+
+TEST(PeerInfo, RoundTripsWithAndWithoutShmAddress) {
+  for (bool shm : {true, false}) {
+    PeerInfo p = sample();
+    if (!shm)
+      p.shmAddress.clear();
+    const PeerInfo q = PeerInfo::parse(p.serialize(), 3);
+    EXPECT_EQ(q.hostname, p.hostname);
+    EXPECT_EQ(q.pid, p.pid);
+    EXPECT_EQ(q.transport, p.transport);
+    EXPECT_EQ(q.address, p.address);
+    EXPECT_EQ(q.shmAddress, p.shmAddress);
+    EXPECT_TRUE(q.slotKeys.empty());
+  }
+}
+
+void expectRefused(const std::vector<uint8_t>& bytes, const char* what) {
+  try {
+    PeerInfo::parse(bytes, 5);
+    ADD_FAILURE() << what << ": accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::kRemote) << what;
+    EXPECT_NE(std::string(e.what()).find("rank 5"), std::string::npos) << what << ": " << e.what();
+  }
+}
+
+TEST(PeerInfo, HostileRecordsAreRefused) {
+  const PeerInfo p = sample();
+  std::vector<uint8_t> bytes = p.serialize();
+  const size_t at = shmLengthOffset(p);
+  uint32_t length = 0;
+  std::memcpy(&length, bytes.data() + at, 4);
+  ASSERT_EQ(length, p.shmAddress.size()) << "layout of the test's sample changed";
+
+  std::vector<uint8_t> huge = bytes;
+  const uint32_t big = 1u << 20;  // beyond the bound, and beyond the record
+  std::memcpy(huge.data() + at, &big, 4);
+  expectRefused(huge, "shm address longer than its bound");
+
+  std::vector<uint8_t> overrun = bytes;
+  const uint32_t past = static_cast<uint32_t>(p.shmAddress.size() + 64);  // within the bound
+  std::memcpy(overrun.data() + at, &past, 4);
+  expectRefused(overrun, "shm address running past the record");
+
+  expectRefused(std::vector<uint8_t>(bytes.begin(), bytes.begin() + static_cast<long>(at) + 2),
+                "record cut inside the shm address length");
+  std::vector<uint8_t> trailing = bytes;
+  trailing.push_back(0);
+  expectRefused(trailing, "trailing byte");
+  std::vector<uint8_t> oldVersion = bytes;
+  oldVersion[4] = 1;  // version 1 had no shm address
+  expectRefused(oldVersion, "version 1 record");
+}
+
+}  // namespace
+}  // namespace gs::control
