@@ -19,6 +19,8 @@ namespace gs::control {
 namespace {
 // codec=auto: ranks agree on the chunk size every this many adaptive collectives.
 constexpr uint64_t kChunkAgreementEvery = 8;
+// With shm links and a core per local rank, the engine polls this long before it sleeps.
+constexpr std::chrono::microseconds kShmSpinTime{50};
 constexpr int64_t kRendezvousGraceMs = 2000;
 
 bool isAutoCodec(const std::string& codec) {
@@ -218,6 +220,8 @@ void Communicator::connect(const UniqueId& id) {
     engine_->setSpinRounds(0);
     GS_LOG_INFO("%d ranks share %d cores on this host: waiting without busy polling", localRanks,
                 cores);
+  } else if (shmLinks > 0) {
+    engine_->setSpinTime(kShmSpinTime);
   }
   if (!metrics_->exporterAddress().empty()) {
     GS_LOG_INFO("rank %d serves Prometheus metrics at http://%s/metrics", rank_,

@@ -665,7 +665,7 @@ struct Engine::Run {
              formatString("no progress for %lld ms, %s",
                           static_cast<long long>(engine.config_.timeoutMs), waitingFor().c_str()));
       }
-      if (++idle > engine.spinRounds_) {
+      if (++idle > engine.spinRounds_ && now - lastProgress >= engine.spinTime_) {
         auto left =
             std::chrono::duration_cast<std::chrono::microseconds>(timeout - (now - lastProgress));
         engine.waitForActivity(std::min(left, std::chrono::microseconds(2000)));

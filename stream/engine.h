@@ -92,6 +92,9 @@ class Engine {
   /// Idle polling rounds before blocking in the transport. Spinning saves a wake-up per message
   /// but steals the CPU the kernel's TCP copies need when ranks outnumber cores.
   void setSpinRounds(int rounds) { spinRounds_ = rounds; }
+  /// Also keep polling until this long without progress (shm: a peer's next chunk is usually
+  /// microseconds away, a futex wake-up costs more). Only where ranks do not outnumber cores.
+  void setSpinTime(std::chrono::microseconds time) { spinTime_ = time; }
 
   /// Hosts of the ranks (hierarchical allreduce). Default: every rank on one host. Set before
   /// the first collective; must match on every rank.
@@ -160,6 +163,7 @@ class Engine {
   Topology topology_;
   int64_t chunkBytes_ = 0;  // config_.chunkBytes until setChunkBytes()
   int spinRounds_ = 8;
+  std::chrono::microseconds spinTime_{0};
   const codecs::Codec& decoder(uint8_t id) const { return *decoders_[id]; }
 };
 

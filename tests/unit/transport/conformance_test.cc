@@ -407,8 +407,8 @@ TEST_P(TransportTest, WaitForActivityWakesOnDataAndInterrupt) {
 INSTANTIATE_TEST_SUITE_P(Backends,
                          TransportTest,
                          ::testing::Values(GS_CONFORMANCE_BACKENDS),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param;
+                         [](const ::testing::TestParamInfo<std::string>& backend) {
+                           return backend.param;
                          });
 
 }  // namespace
