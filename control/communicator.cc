@@ -347,11 +347,19 @@ stream::Algorithm Communicator::chooseAlgorithm(const stream::CollectiveArgs& ar
   const double bytes = static_cast<double>(args.count * elementSize(args.dtype));
   stream::Algorithm best = stream::Algorithm::kRing;
   double bestTime = 0;
+  bool considered = false;
   for (stream::Algorithm a : algorithms_) {
+    // codec=auto compresses because the network is the bottleneck, and only the ring and the
+    // tree carry a codec on every hop (halving-doubling's doubling and hierarchical's host
+    // steps travel raw). The rungs in use differ per rank, so they cannot enter a choice that
+    // every rank must make alike; args.adaptive is the same everywhere.
+    if (args.adaptive && a != stream::Algorithm::kRing && a != stream::Algorithm::kTree)
+      continue;
     const double t = stream::predictAllReduceSeconds(a, topology_, bytes, model);
-    if (a == algorithms_.front() || t < bestTime) {
+    if (!considered || t < bestTime) {
       best = a;
       bestTime = t;
+      considered = true;
     }
   }
   if (best != lastChoice_) {
