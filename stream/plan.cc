@@ -138,50 +138,61 @@ class PlanBuilder {
     }
   }
 
-  // Places chunks into the link queues group by group, each group step by step. Sender and
-  // receiver of a link derive the same order from the same schedule shape.
+  // Places chunks into the link queues phase by phase, and inside a phase group by group, each
+  // group step by step. A phase is a maximal run of consecutive steps that are all grouped or
+  // all whole (Step::whole). Sender and receiver of a link derive the same order: the marks
+  // and the phases come from the schedule's shape, which both ends share; whether a step
+  // forwards or is forwarded does not (a tree leaf sends from its buffer what its parent
+  // forwards).
   //
-  // Only steps of a forwarding chain (ring, chain, tree: chunk c of one step is forwarded as
-  // chunk c of the next, from the slot) need the groups: a receiver holding a group for
-  // forwarding keeps room for the next. Steps outside any chain (halving-doubling's, including
-  // hierarchical's across hosts) go whole in the first group: such a step may reuse a link in a
-  // later step over other element ranges, and interleaving their groups would queue a chunk
-  // that waits on the peer's later chunks of an earlier step ahead of our own, a cycle.
+  // Grouped steps interleave (a receiver holding a group for forwarding keeps room for the
+  // next). Whole steps (halving-doubling's, also hierarchical's across hosts) go one after the
+  // other: such a step may reuse a link in a later step over other element ranges, and
+  // interleaving their groups would queue a chunk that waits on the peer's later chunks of an
+  // earlier step ahead of our own, a cycle. Phases never interleave: hierarchical's allgather
+  // inside a host waits for the whole exchange across hosts, which waits for every chunk of
+  // the reduce-scatter before it.
   void emitGroupMajor() {
-    const size_t g = std::max<size_t>(1, in_.groupChunks);
-    std::vector<bool> chained(steps_.size(), false);
-    for (size_t i = 0; i < steps_.size(); ++i) {
-      if (steps_[i].forwardsStep >= 0) {
-        chained[i] = true;
-        chained[static_cast<size_t>(steps_[i].forwardsStep)] = true;
-      }
-    }
-    size_t maxChunks = 0;
-    for (const StepChunks& sc : steps_)
-      maxChunks = std::max({maxChunks, sc.sends.size(), sc.recvs.size()});
+    const Schedule& schedule = *in_.schedule;
     for (StepChunks& sc : steps_) {
       sc.sendIndex.resize(sc.sends.size());
       sc.recvIndex.resize(sc.recvs.size());
     }
-    for (size_t begin = 0; begin < maxChunks; begin += g) {
-      for (size_t si = 0; si < steps_.size(); ++si) {
-        StepChunks& sc = steps_[si];
-        if (!chained[si] && begin > 0)
-          continue;  // emitted whole with the first group
-        const size_t end = chained[si] ? begin + g : SIZE_MAX;
-        for (size_t c = begin; c < std::min(end, sc.sends.size()); ++c) {
-          auto& q = plan_.links[sc.sendLink].sends;
-          sc.sendIndex[c] = static_cast<uint32_t>(q.size());
-          accesses_[sc.sendAccess[c]].index = sc.sendIndex[c];
-          q.push_back(sc.sends[c]);
-        }
-        for (size_t c = begin; c < std::min(end, sc.recvs.size()); ++c) {
-          auto& q = plan_.links[sc.recvLink].recvs;
-          sc.recvIndex[c] = static_cast<uint32_t>(q.size());
-          accesses_[sc.recvAccess[c]].index = sc.recvIndex[c];
-          q.push_back(sc.recvs[c]);
+    for (size_t first = 0; first < steps_.size();) {
+      const bool whole = schedule.steps[first].whole;
+      size_t last = first;
+      size_t maxChunks = 0;
+      while (last < steps_.size() && schedule.steps[last].whole == whole) {
+        maxChunks = std::max({maxChunks, steps_[last].sends.size(), steps_[last].recvs.size()});
+        ++last;
+      }
+      const size_t g = whole ? SIZE_MAX : std::max<size_t>(1, in_.groupChunks);
+      if (whole) {
+        for (size_t si = first; si < last; ++si)
+          emitChunks(steps_[si], 0, SIZE_MAX);
+      } else {
+        for (size_t begin = 0; begin < maxChunks; begin += g) {
+          for (size_t si = first; si < last; ++si)
+            emitChunks(steps_[si], begin, begin + g);
         }
       }
+      first = last;
+    }
+  }
+
+  // Appends chunks [begin, end) of one step to its links' queues.
+  void emitChunks(StepChunks& sc, size_t begin, size_t end) {
+    for (size_t c = begin; c < std::min(end, sc.sends.size()); ++c) {
+      auto& q = plan_.links[sc.sendLink].sends;
+      sc.sendIndex[c] = static_cast<uint32_t>(q.size());
+      accesses_[sc.sendAccess[c]].index = sc.sendIndex[c];
+      q.push_back(sc.sends[c]);
+    }
+    for (size_t c = begin; c < std::min(end, sc.recvs.size()); ++c) {
+      auto& q = plan_.links[sc.recvLink].recvs;
+      sc.recvIndex[c] = static_cast<uint32_t>(q.size());
+      accesses_[sc.recvAccess[c]].index = sc.recvIndex[c];
+      q.push_back(sc.recvs[c]);
     }
   }
 

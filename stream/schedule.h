@@ -59,6 +59,10 @@ struct Step {
   // a codec (hops inside a host, where encoding costs more than the bytes it saves, and phases
   // whose data must reach every replica exactly).
   bool raw = false;
+  // This step's chunks go into the link queues all at once instead of in groups interleaved
+  // with other steps' (stream/plan.h). For steps outside forwarding chains that reuse a link
+  // later over other elements (halving-doubling's); set alike on both ends of every link.
+  bool whole = false;
 
   /// The step whose receive this step's send forwards, or -1 (k: this step's index).
   int forwardedStep(int k) const { return sendForwardsPrevious ? k - 1 : forwardStep; }

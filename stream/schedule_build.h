@@ -108,7 +108,7 @@ void appendAllGather(Schedule& s,
 /// result back at the end). The data starts in `source` (same offsets as range, in
 /// source.buffer) and ends in range (recv buffer). Halving hops may use the codec; the doubling
 /// and the unfolding send raw, so every replica receives the one full-precision value its
-/// owner computed (bit-identical by construction).
+/// owner computed (bit-identical by construction). Its steps are Step::whole.
 void appendHalvingDoubling(Schedule& s, const Group& g, BufferRange range, BufferId source);
 
 /// Schedule skeleton with the arguments checked.

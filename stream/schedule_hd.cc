@@ -15,7 +15,9 @@ namespace build {
 // reduced and finalized; then log2(P) doubling rounds (d = 1 .. P/2) exchange the blocks held so
 // far, raw. Blocks are ringSegment pieces of the range, so any count works (empty blocks send
 // nothing).
-void appendHalvingDoubling(Schedule& s, const Group& g, BufferRange range, BufferId source) {
+namespace {
+
+void appendSteps(Schedule& s, const Group& g, BufferRange range, BufferId source) {
   const int n = g.size(), i = g.index;
   const BufferRange src{source, range.offset, range.count};
   const BufferRange dst{BufferId::kRecv, range.offset, range.count};
@@ -99,6 +101,16 @@ void appendHalvingDoubling(Schedule& s, const Group& g, BufferRange range, Buffe
     back.send = dst;
     s.steps.push_back(back);
   }
+}
+
+}  // namespace
+
+void appendHalvingDoubling(Schedule& s, const Group& g, BufferRange range, BufferId source) {
+  const size_t first = s.steps.size();
+  appendSteps(s, g, range, source);
+  // No step forwards another here, and a pair meets again in later rounds over other blocks.
+  for (size_t k = first; k < s.steps.size(); ++k)
+    s.steps[k].whole = true;
 }
 
 }  // namespace build

@@ -302,10 +302,16 @@ struct PerfCase {
   int ranks;
   std::vector<std::string> args;
   const char* transport;  // "tcp" or "shm": GS_SHM=0 or 1, and what rank 0 must report
+  Env env;                // more settings of the ranks
 };
 
 std::vector<PerfCase> perfCases(const char* transport) {
-  const std::vector<std::pair<const char*, std::vector<std::string>>> shapes = {
+  struct Shape {
+    const char* name;
+    std::vector<std::string> args;
+    Env env;
+  };
+  const std::vector<Shape> shapes = {
       {"AllreduceFloat32Sum", {"--coll", "allreduce", "-d", "float32", "-o", "sum"}},
       {"AllreduceBfloat16Max", {"--coll", "allreduce", "-d", "bfloat16", "-o", "max"}},
       {"AllreduceInt32AvgInPlace",
@@ -320,12 +326,19 @@ std::vector<PerfCase> perfCases(const char* transport) {
       {"AllgatherUint8InPlace", {"--coll", "allgather", "-d", "uint8", "--inplace"}},
       {"BroadcastFloat64Root1", {"--coll", "broadcast", "-d", "float64", "-r", "1"}},
       {"BroadcastInt32InPlace", {"--coll", "broadcast", "-d", "int32", "--inplace"}},
+      // Many chunks per step (more than a group of slots) on links that carry several steps:
+      // both ends must queue them alike (a 16 MiB tree allreduce once failed on this).
+      {"AllreduceTreeManyChunks",
+       {"--coll", "allreduce", "-d", "float32", "-o", "sum"},
+       {{"GS_ALGO", "tree"}, {"GS_CHUNK_BYTES", "65536"}}},
+      {"AllreduceHalvingDoublingManyChunksInPlace",
+       {"--coll", "allreduce", "-d", "float32", "-o", "sum", "--inplace"},
+       {{"GS_ALGO", "halving_doubling"}, {"GS_CHUNK_BYTES", "65536"}}},
   };
   std::vector<PerfCase> cases;
   for (int ranks : {2, 4}) {
-    for (const auto& [name, args] : shapes) {
-      cases.push_back({name, ranks, args, transport});
-    }
+    for (const Shape& shape : shapes)
+      cases.push_back({shape.name, ranks, shape.args, transport, shape.env});
   }
   return cases;
 }
@@ -354,7 +367,11 @@ TEST_P(Perf, NoWrongElements) {
   for (const auto& a : argv)
     cmd += a + " ";
   const std::string shm = std::string(c.transport) == "shm" ? "1" : "0";
-  Child perf("perf", argv, {{"GS_TIMEOUT_MS", "10000"}, {"GS_SHM", shm}}, dir.path());
+  Env env = {{"GS_TIMEOUT_MS", "10000"}, {"GS_SHM", shm}};
+  env.insert(env.end(), c.env.begin(), c.env.end());
+  for (const auto& [name, value] : c.env)
+    cmd = name + "=" + value + " " + cmd;
+  Child perf("perf", argv, env, dir.path());
   ASSERT_TRUE(perf.started());
   const bool exited = perf.waitUntil(after(28));
   const std::string context = "command: GS_SHM=" + shm + " " + cmd + "\n" + perf.describe();

@@ -199,6 +199,15 @@ TEST_P(CollectivesTest, AllReduceEveryDtypeAndOp) {
   allReduceEveryDtypeAndOp(nranks(), options());
 }
 
+// The double binary tree puts up- and down-going steps of both trees on one link, and a leaf
+// sends from its buffer what its parent forwards: with many chunks per step both ends must
+// still queue them alike (16 MiB on 4 ranks failed with "chunk index differs" before).
+TEST_P(CollectivesTest, TreeAllReduceEveryDtypeAndOp) {
+  RankOptions o = options();
+  o.algo = "tree";
+  allReduceEveryDtypeAndOp(nranks(), o);
+}
+
 // Halving-doubling reuses a link in a later step over other element ranges; its link queues
 // must go step by step (interleaved groups stalled 4 ranks here before).
 TEST_P(CollectivesTest, HalvingDoublingAllReduceEveryDtypeAndOp) {
