@@ -55,7 +55,7 @@ LinkCost CostModel::measured(const std::string& transport) {
   // gradstream-perf, 2 ranks, median of quiet runs (bench/README.md): latency from 8 B
   // allreduces (one exchange), bandwidth from 64 MiB ones.
   if (transport == "shm")
-    return LinkCost{4e-6, 1.0 / 4.0e9};
+    return LinkCost{1e-6, 1.0 / 5.0e9};  // 8 B in 1.5 us, 2-64 MiB at 4-6 GB/s busbw
   if (transport == "loopback")
     return LinkCost{2e-6, 1.0 / 6.0e9};
   if (transport == "verbs")
