@@ -77,6 +77,9 @@ double predictAllReduceSeconds(Algorithm algo,
   const double reduce = bytes * m.gammaSecondsPerByte;
   switch (algo) {
     case Algorithm::kRing:
+      // Two ranks, small and uncompressed: the engine runs one exchange of the whole buffer.
+      if (n == 2 && bytes <= static_cast<double>(kExchangeMaxBytes) && m.codecRatio == 1.0)
+        return slow.alphaSeconds + bytes * slow.betaSecondsPerByte + reduce;
       return ringPhase(n, bytes, m.codecRatio, slow, m) +
              ringPhase(n, bytes, m.codecRatio, slow, m) + (n - 1.0) / n * reduce;
     case Algorithm::kTree: {

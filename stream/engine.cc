@@ -38,11 +38,6 @@ uint64_t nowNs() {
           .count());
 }
 
-// Allreduces up to this size run as a one-round exchange between 2 ranks. At 64 KiB a round
-// trip over loopback costs about as much as moving the bytes twice (measured with
-// gradstream-perf, 2 ranks).
-constexpr size_t kLatencyBoundBytes = 64 << 10;
-
 }  // namespace
 
 // Execution state of one collective.
@@ -760,7 +755,7 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
   // One round of messages beats the ring's two while latency, not bandwidth, dominates.
   // (Raw only: with a lossy codec each rank would reduce its own exact value with the peer's
   // decoded one, and replicas would differ.)
-  const bool latencyBound = args.codec == nullptr && args.count * esize <= kLatencyBoundBytes;
+  const bool latencyBound = args.codec == nullptr && args.count * esize <= kExchangeMaxBytes;
   // codec=auto leaves latency-bound collectives raw (their round trip, not bytes, is the cost).
   p->adaptive = args.adaptive && args.codec == nullptr && !latencyBound;
   if (args.kind == CollectiveKind::kAllReduce) {

@@ -95,6 +95,10 @@ BufferRange ringSegment(BufferId buffer, size_t count, int n, int j);
 
 /// Ring allreduce: reduce-scatter then allgather, 2(N-1) steps, forwarding through slots.
 Schedule ringAllReduce(int rank, int nranks, size_t count);
+/// Uncompressed 2-rank ring allreduces up to this size run as one exchange (exchangeAllReduce):
+/// at 64 KiB a round trip over loopback tcp costs about as much as moving the bytes twice
+/// (gradstream-perf, 2 ranks). The cost model prices the ring so.
+inline constexpr size_t kExchangeMaxBytes = 64 << 10;
 /// Two ranks exchange whole buffers and both reduce locally: one round of messages instead of
 /// the ring's two, for latency-bound (small) allreduces.
 Schedule exchangeAllReduce(int rank, int nranks, size_t count);

@@ -1,0 +1,74 @@
+// The alpha-beta-gamma model behind GS_ALGO=auto and gradstream-sim: the choices it must make.
+
+#include "stream/cost_model.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "stream/schedule.h"
+#include "stream/topology.h"
+
+namespace gs::stream {
+namespace {
+
+CostModel shmModel() {
+  CostModel m;
+  m.intraHost = CostModel::measured("shm");
+  m.interHost = CostModel::measured("tcp");
+  return m;
+}
+
+TEST(CostModel, TwoRanksSmallUncompressedTakeTheOneRoundExchange) {
+  // The engine runs such a ring as one exchange: one round instead of halving-doubling's two.
+  const Topology two = Topology::blocks(2, 2);
+  const CostModel m = shmModel();
+  for (double bytes : {8.0, 512.0, 4096.0}) {
+    EXPECT_LT(predictAllReduceSeconds(Algorithm::kRing, two, bytes, m),
+              predictAllReduceSeconds(Algorithm::kHalvingDoubling, two, bytes, m))
+        << bytes;
+    EXPECT_EQ(cheapestAllReduce(two, bytes, m), Algorithm::kRing) << bytes;
+  }
+  // Compressed chunks never take the exchange: the ring is priced as two phases then.
+  CostModel compressed = m;
+  compressed.codecRatio = 0.5;
+  EXPECT_GT(predictAllReduceSeconds(Algorithm::kRing, two, 8, compressed),
+            1.5 * m.intraHost.alphaSeconds);
+}
+
+TEST(CostModel, ManyRanksSmallMessagesAvoidTheRing) {
+  const Topology big = Topology::blocks(1024, 8);
+  const CostModel m = shmModel();
+  const double ring = predictAllReduceSeconds(Algorithm::kRing, big, 8, m);
+  EXPECT_GT(ring, 10 * predictAllReduceSeconds(Algorithm::kTree, big, 8, m));
+  EXPECT_NE(cheapestAllReduce(big, 8, m), Algorithm::kRing);
+}
+
+TEST(CostModel, TimeGrowsWithSizeAndEdgeCasesAreDefined) {
+  const CostModel m = shmModel();
+  const Topology t = Topology::blocks(16, 4);
+  for (Algorithm a : kAlgorithms) {
+    double last = 0;
+    for (double bytes = 8; bytes <= (1 << 30); bytes *= 16) {
+      const double s = predictAllReduceSeconds(a, t, bytes, m);
+      EXPECT_TRUE(std::isfinite(s)) << algorithmName(a) << " " << bytes;
+      EXPECT_GT(s, last) << algorithmName(a) << " " << bytes;
+      last = s;
+    }
+    EXPECT_EQ(predictAllReduceSeconds(a, Topology::blocks(1, 1), 1 << 20, m), 0.0);
+  }
+  // Hierarchical needs the same number of ranks on every host.
+  const Topology uneven = Topology::fromHostNames({"a", "a", "a", "b"});
+  EXPECT_TRUE(std::isinf(predictAllReduceSeconds(Algorithm::kHierarchical, uneven, 1 << 20, m)));
+  EXPECT_NE(cheapestAllReduce(uneven, 1 << 20, m), Algorithm::kHierarchical);
+}
+
+TEST(CostModel, MeasuredDefaultsOrderTheTransports) {
+  const LinkCost shm = CostModel::measured("shm"), tcp = CostModel::measured("tcp");
+  EXPECT_LT(shm.alphaSeconds, tcp.alphaSeconds);
+  EXPECT_LT(shm.betaSecondsPerByte, tcp.betaSecondsPerByte);
+  EXPECT_LT(CostModel::measured("verbs").alphaSeconds, tcp.alphaSeconds);
+}
+
+}  // namespace
+}  // namespace gs::stream
