@@ -31,9 +31,10 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, size_t bytes) 
   close(fd);
   if (data == MAP_FAILED) {
     shm_unlink(name.c_str());
-    throw Error(Errc::kSystem, formatString("shm: cannot size or map %zu bytes of %s: %s (is "
-                                            "/dev/shm large enough?)",
-                                            bytes, name.c_str(), strerror(err)));
+    throw Error(Errc::kSystem,
+                formatString("shm: cannot size or map %zu bytes of %s: %s (is /dev/shm large "
+                             "enough? containers: --shm-size; or GS_SHM=0 to use the network)",
+                             bytes, name.c_str(), strerror(err)));
   }
   return std::unique_ptr<Segment>(new Segment(name, data, bytes, true));
 }
