@@ -1,11 +1,9 @@
 #include "transport/shm/connection.h"
 
 #include <poll.h>
-#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstring>
 
 #include "common/error.h"
@@ -32,13 +30,11 @@ int openPidfd(int32_t pid) {
 }
 
 bool processExited(int pidfd, int32_t pid) {
-  if (pid <= 0 || pid == getpid())
-    return false;
   if (pidfd >= 0) {
     pollfd p{pidfd, POLLIN, 0};
     return ::poll(&p, 1, 0) > 0;
   }
-  return kill(pid, 0) != 0 && errno == ESRCH;
+  return processGone(pid);
 }
 
 }  // namespace

@@ -229,8 +229,14 @@ std::unique_ptr<transport::Connection> Device::connect(int peer,
   // The peer's device, through its control segment: exists as long as the device does.
   const std::string peerPrefix = theirs.prefix;
   std::string why;
-  auto peerControl = waitForSegment(
-      controlSegmentName(peerPrefix), deadline, [] { return std::string(); }, &why);
+  auto processGoneReason = [&]() -> std::string {
+    if (processGone(theirs.pid))
+      return formatString("rank %d (pid %d) exited before connecting", peer, theirs.pid);
+    return std::string();
+  };
+  auto peerControl =
+      waitForSegment(controlSegmentName(peerPrefix), deadline, processGoneReason, &why);
+  GS_CHECK(why.empty(), Errc::kRemote, "shm connect to rank %d: %s", peer, why.c_str());
   GS_CHECK(peerControl != nullptr, Errc::kTimeout,
            "shm connect to rank %d timed out: its device (%s) is gone or never existed", peer,
            controlSegmentName(peerPrefix).c_str());
@@ -251,7 +257,7 @@ std::unique_ptr<transport::Connection> Device::connect(int peer,
   auto peerGone = [&]() -> std::string {
     if (loadAcquire(pc.closed) != 0)
       return formatString("rank %d closed its device before connecting", peer);
-    return std::string();
+    return processGoneReason();
   };
 
   ConnectionSetup setup;

@@ -85,19 +85,22 @@ std::string connectionSegmentName(const std::string& dialerPrefix, int acceptorR
   return dialerPrefix + "-c" + std::to_string(acceptorRank);
 }
 
+bool processGone(int pid) noexcept {
+  if (pid <= 0 || pid == getpid())
+    return false;
+  return kill(pid, 0) != 0 && errno == ESRCH;
+}
+
 int removeStaleSegments() noexcept {
   DIR* dir = opendir("/dev/shm");
   if (dir == nullptr)
     return 0;
   int removed = 0;
-  const pid_t self = getpid();
   while (dirent* entry = readdir(dir)) {
     // Ours are "gs-<pid>-<token>-<what>".
     int pid = 0;
-    if (sscanf(entry->d_name, "gs-%d-", &pid) != 1 || pid <= 0 || pid == self)
-      continue;
-    if (kill(pid, 0) == 0 || errno != ESRCH)
-      continue;  // alive, or not ours to judge
+    if (sscanf(entry->d_name, "gs-%d-", &pid) != 1 || !processGone(pid))
+      continue;  // not ours, or its process is alive (or not ours to judge)
     if (shm_unlink((std::string("/") + entry->d_name).c_str()) == 0)
       ++removed;
   }

@@ -46,6 +46,10 @@ std::string regionSegmentName(const std::string& prefix, uint32_t id);
 /// A connection's segment: made by the dialer (the higher rank) for the acceptor.
 std::string connectionSegmentName(const std::string& dialerPrefix, int acceptorRank);
 
+/// Whether no process with this pid exists (kill(pid, 0) fails with ESRCH). False for this
+/// process and for pids <= 0.
+bool processGone(int pid) noexcept;
+
 /// Unlinks segments under /dev/shm left by gradstream processes that no longer exist (a
 /// crashed rank cannot unlink its own). Returns how many it removed.
 int removeStaleSegments() noexcept;

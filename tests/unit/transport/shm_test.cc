@@ -141,6 +141,42 @@ TEST(ShmTransport, WritesCrossProcessesAndAKilledPeerIsNoticed) {
     close(fd);
 }
 
+TEST(ShmTransport, APeerThatExitedBeforeConnectingFailsConnectAtOnce) {
+  // The peer published its address and died without cleaning up (its segments stay): waiting
+  // for it until the deadline would only delay the error.
+  const uint64_t fabric = freshFabricId();
+  int toParent[2];
+  ASSERT_EQ(pipe(toParent), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto mine = createDevice("shm", makeOptions(1, 2, fabric, {}));
+    std::vector<uint8_t> blob = mine->address();
+    if (write(toParent[1], blob.data(), blob.size()) != static_cast<ssize_t>(blob.size()))
+      _exit(2);
+    _exit(0);  // no destructors: what a crash leaves
+  }
+  std::vector<uint8_t> childBlob(96);
+  ASSERT_TRUE(readAll(toParent[0], childBlob.data(), childBlob.size()));
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  auto device = createDevice("shm", makeOptions(0, 2, fabric, {}));
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    device->connect(1, childBlob, Deadline::after(10s));
+    ADD_FAILURE() << "connected to an exited process";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::kRemote) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 1 (pid " + std::to_string(child) + ") exited"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+  EXPECT_GE(shm::removeStaleSegments(), 1);  // the child's control segment
+  close(toParent[0]);
+  close(toParent[1]);
+}
+
 TEST(ShmTransport, MalformedOrForeignAddressesAreRefusedNamingThePeer) {
   const uint64_t fabric = freshFabricId();
   auto a = createDevice("shm", makeOptions(0, 2, fabric, {}));
