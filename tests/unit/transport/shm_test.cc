@@ -134,8 +134,9 @@ TEST(ShmTransport, WritesCrossProcessesAndAKilledPeerIsNoticed) {
   EXPECT_NE(why.find("exited"), std::string::npos) << why;
   // The killed rank could not clean up; the next device in any process removes what it left.
   c.reset();
-  EXPECT_FALSE(segmentsOf(child).empty());
-  EXPECT_GE(shm::removeStaleSegments(), 1);
+  // (Under a parallel ctest another test process's first device may sweep them first, so
+  // only the outcome is checked, not who removed them.)
+  shm::removeStaleSegments();
   EXPECT_TRUE(segmentsOf(child).empty());
   for (int fd : {toChild[0], toChild[1], toParent[0], toParent[1]})
     close(fd);
@@ -172,7 +173,8 @@ TEST(ShmTransport, APeerThatExitedBeforeConnectingFailsConnectAtOnce) {
         << e.what();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
-  EXPECT_GE(shm::removeStaleSegments(), 1);  // the child's control segment
+  shm::removeStaleSegments();  // the child's control segment (or another test process did)
+  EXPECT_TRUE(segmentsOf(child).empty());
   close(toParent[0]);
   close(toParent[1]);
 }
