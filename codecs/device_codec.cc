@@ -54,6 +54,50 @@ bool DeviceCodec::supports(DataType dtype) const {
 
 #if GS_HAVE_CUDA
 
+namespace {
+
+// The encode half of a launch as every entry point fills it (the source, where there is one,
+// is set by the caller).
+kernels::EncodeArgs encodeArgs(const CodecSpec& spec,
+                               DataType dtype,
+                               size_t count,
+                               uint8_t* out,
+                               uint64_t seed,
+                               const DeviceFeedback& feedback) {
+  kernels::EncodeArgs a;
+  a.codec = spec.id;
+  a.dtype = dtype;
+  a.stochastic = spec.stochastic;
+  a.blockSize = spec.blockSize;
+  a.topkK = spec.id == CodecId::kTopK ? topkKeep(spec.topkFraction, dtype, count) : 0;
+  a.count = count;
+  a.out = out;
+  a.srKey = math::srKey(seed);
+  a.decodedOut = feedback.decoded;
+  a.residualOut = feedback.residual;
+  a.residualFactor = feedback.residualFactor;
+  return a;
+}
+
+// The decode half of a launch: what arrived and how many elements it holds.
+kernels::DecodeArgs decodeArgs(uint8_t codec,
+                               DataType dtype,
+                               const uint8_t* in,
+                               uint32_t metaBytes,
+                               uint32_t payloadBytes,
+                               size_t count) {
+  kernels::DecodeArgs a;
+  a.codec = static_cast<CodecId>(codec);
+  a.dtype = dtype;
+  a.in = in;
+  a.metaBytes = metaBytes;
+  a.payloadBytes = payloadBytes;
+  a.count = count;
+  return a;
+}
+
+}  // namespace
+
 struct DeviceCodec::State {
   kernels::Workspace workspace;
 };
@@ -96,19 +140,8 @@ EncodedSize DeviceCodec::encode(DataType dtype,
                                 const DeviceFeedback& feedback) {
   GS_CHECK(supports(dtype), Errc::kInvalidArgument, "codec %s cannot encode %s (use raw)",
            codecIdName(spec_.id), dataTypeName(dtype));
-  kernels::EncodeArgs a;
-  a.codec = spec_.id;
-  a.dtype = dtype;
-  a.stochastic = spec_.stochastic;
-  a.blockSize = spec_.blockSize;
-  a.topkK = spec_.id == CodecId::kTopK ? topkKeep(spec_.topkFraction, dtype, count) : 0;
+  kernels::EncodeArgs a = encodeArgs(spec_, dtype, count, out, seed, feedback);
   a.src = src;
-  a.count = count;
-  a.out = out;
-  a.srKey = math::srKey(seed);
-  a.decodedOut = feedback.decoded;
-  a.residualOut = feedback.residual;
-  a.residualFactor = feedback.residualFactor;
   kernels::launchEncode(a, state_->workspace, stream);
   return encodedSize(dtype, count);
 }
@@ -123,13 +156,7 @@ const char* DeviceCodec::decode(DataType dtype,
                                 CUstream_st* stream) {
   if (const char* why = checkEncodedSizes(codec, dtype, count, metaBytes, payloadBytes))
     return why;
-  kernels::DecodeArgs a;
-  a.codec = static_cast<CodecId>(codec);
-  a.dtype = dtype;
-  a.in = in;
-  a.metaBytes = metaBytes;
-  a.payloadBytes = payloadBytes;
-  a.count = count;
+  kernels::DecodeArgs a = decodeArgs(codec, dtype, in, metaBytes, payloadBytes, count);
   a.dst = dst;
   kernels::launchDecode(a, state_->workspace, stream);
   return nullptr;
@@ -150,16 +177,10 @@ const char* DeviceCodec::decodeReduce(DataType dtype,
     return why;
   if (!isValid(op))
     return "invalid reduction op";
-  kernels::DecodeArgs a;
-  a.codec = static_cast<CodecId>(codec);
-  a.dtype = dtype;
+  kernels::DecodeArgs a = decodeArgs(codec, dtype, in, metaBytes, payloadBytes, count);
   a.reduce = true;
   a.op = op;
   a.incomingFirst = incomingFirst;
-  a.in = in;
-  a.metaBytes = metaBytes;
-  a.payloadBytes = payloadBytes;
-  a.count = count;
   a.operand = operand;
   a.dst = dst;
   kernels::launchDecode(a, state_->workspace, stream);
@@ -186,28 +207,11 @@ const char* DeviceCodec::decodeReduceEncode(DataType dtype,
     return "invalid reduction op";
   GS_CHECK(supports(dtype), Errc::kInvalidArgument, "codec %s cannot encode %s (use raw)",
            codecIdName(spec_.id), dataTypeName(dtype));
-  kernels::DecodeArgs d;
-  d.codec = static_cast<CodecId>(codec);
-  d.dtype = dtype;
+  kernels::DecodeArgs d = decodeArgs(codec, dtype, in, metaBytes, payloadBytes, count);
   d.reduce = true;
   d.op = op;
-  d.in = in;
-  d.metaBytes = metaBytes;
-  d.payloadBytes = payloadBytes;
-  d.count = count;
   d.operand = operand;
-  kernels::EncodeArgs e;
-  e.codec = spec_.id;
-  e.dtype = dtype;
-  e.stochastic = spec_.stochastic;
-  e.blockSize = spec_.blockSize;
-  e.topkK = spec_.id == CodecId::kTopK ? topkKeep(spec_.topkFraction, dtype, count) : 0;
-  e.count = count;
-  e.out = out;
-  e.srKey = math::srKey(seed);
-  e.decodedOut = feedback.decoded;
-  e.residualOut = feedback.residual;
-  e.residualFactor = feedback.residualFactor;
+  const kernels::EncodeArgs e = encodeArgs(spec_, dtype, count, out, seed, feedback);
   kernels::launchDecodeReduceEncode(d, e, scratch, state_->workspace, stream);
   *written = encodedSize(dtype, count);
   return nullptr;
