@@ -26,24 +26,19 @@ using ::gs::codecs::halfToFloat;
 // ---- dtypes: storage T, arithmetic C, residual R ----------------------------------------------
 // load/store: the codecs' conversions (cpu_loops.inc DF*); rawLoad: codecs/reduce.cc's;
 // resLoad: codecs/error_feedback.cc's.
-struct F32 {
-  using T = float;
-  using C = float;
-  using R = float;
+// float and double: stored, computed and kept as residuals in their own type.
+template <class V>
+struct NativeFloat {
+  using T = V;
+  using C = V;
+  using R = V;
   static __device__ __forceinline__ C load(T v) { return v; }
   static __device__ __forceinline__ T store(C v) { return v; }
   static __device__ __forceinline__ C rawLoad(T v) { return v; }
   static __device__ __forceinline__ R resLoad(T v) { return v; }
 };
-struct F64 {
-  using T = double;
-  using C = double;
-  using R = double;
-  static __device__ __forceinline__ C load(T v) { return v; }
-  static __device__ __forceinline__ T store(C v) { return v; }
-  static __device__ __forceinline__ C rawLoad(T v) { return v; }
-  static __device__ __forceinline__ R resLoad(T v) { return v; }
-};
+using F32 = NativeFloat<float>;
+using F64 = NativeFloat<double>;
 struct F16 {
   using T = uint16_t;
   using C = float;

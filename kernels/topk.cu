@@ -45,6 +45,30 @@ __device__ __forceinline__ uint32_t keyOf(typename D::T x) {
   return floatBits(static_cast<float>(D::load(x))) & 0x7fffffffu;
 }
 
+// Loads this thread's group of a tile (elements i0 .. i0 + kGroup - 1, those below count) and
+// counts how many of their keys are above and equal to the threshold. Returns how many exist.
+template <class D>
+__device__ __forceinline__ int loadAndCountGroup(const typename D::T* src,
+                                                 uint32_t align,
+                                                 uint64_t count,
+                                                 uint64_t i0,
+                                                 uint32_t threshold,
+                                                 typename D::T (&x)[kGroup],
+                                                 uint32_t& greater,
+                                                 uint32_t& equal) {
+  const int valid = i0 >= count ? 0 : (count - i0 < kGroup ? static_cast<int>(count - i0) : kGroup);
+  loadGroup(src + i0, align, valid, x);
+  greater = 0;
+  equal = 0;
+#pragma unroll
+  for (int k = 0; k < static_cast<int>(kGroup); ++k) {
+    const uint32_t key = keyOf<D>(x[k]);
+    greater += k < valid && key > threshold;
+    equal += k < valid && key == threshold;
+  }
+  return valid;
+}
+
 __global__ void topkInitKernel(TopkWs w, uint64_t k) {
   for (uint32_t i = threadIdx.x; i < kTopkBins; i += blockDim.x)
     w.hist[i] = 0;
@@ -127,17 +151,9 @@ __global__ void __launch_bounds__(kThreads) topkCountKernel(const typename D::T*
   const uint64_t tiles = topkTiles(count);
   for (uint64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const uint64_t i0 = t * kTileElements + threadIdx.x * kGroup;
-    const int valid =
-        i0 >= count ? 0 : (count - i0 < kGroup ? static_cast<int>(count - i0) : kGroup);
     T x[kGroup];
-    loadGroup(src + i0, align, valid, x);
-    uint32_t greater = 0, equal = 0;
-#pragma unroll
-    for (int k = 0; k < static_cast<int>(kGroup); ++k) {
-      const uint32_t key = keyOf<D>(x[k]);
-      greater += k < valid && key > threshold;
-      equal += k < valid && key == threshold;
-    }
+    uint32_t greater, equal;
+    const int valid = loadAndCountGroup<D>(src, align, count, i0, threshold, x, greater, equal);
     if (residual != nullptr && valid > 0) {
       R r[kGroup];
 #pragma unroll
@@ -199,17 +215,9 @@ __global__ void __launch_bounds__(kThreads) topkWriteKernel(const typename D::T*
   const uint64_t tiles = topkTiles(count);
   for (uint64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const uint64_t i0 = t * kTileElements + threadIdx.x * kGroup;
-    const int valid =
-        i0 >= count ? 0 : (count - i0 < kGroup ? static_cast<int>(count - i0) : kGroup);
     T x[kGroup];
-    loadGroup(src + i0, align, valid, x);
-    uint32_t greater = 0, equal = 0;
-#pragma unroll
-    for (int j = 0; j < static_cast<int>(kGroup); ++j) {
-      const uint32_t key = keyOf<D>(x[j]);
-      greater += j < valid && key > threshold;
-      equal += j < valid && key == threshold;
-    }
+    uint32_t greater, equal;
+    const int valid = loadAndCountGroup<D>(src, align, count, i0, threshold, x, greater, equal);
     uint64_t before = 0;
     BlockScan(temp).ExclusiveSum((static_cast<uint64_t>(greater) << 32) | equal, before);
     uint64_t g = w.tileBases[2 * t] + (before >> 32);
