@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "stream/engine.h"
 #include "stream/link.h"
+#include "tests/unit/stream/ring_cluster.h"
 #include "transport/device.h"
 
 namespace gs::stream {
@@ -22,99 +23,18 @@ namespace {
 
 constexpr int kFabrics = 3;  // links alternate between fabrics 0 and 1; 2 serves no link
 
-uint64_t freshFabric() {
-  static std::atomic<uint64_t> next{0xde71c000};
-  return next++;
+// The link between r and r+1 is on fabric r % 2 (with 2 ranks both are each other's next).
+int alternatingFabric(int a, int b, int n) {
+  const int lower = n == 2 ? std::min(a, b) : (b == (a + 1) % n ? a : b);
+  return lower % 2;
 }
-
-// Ring of n ranks; the link between r and r+1 is on fabric r % 2. Members in acquisition order.
-struct MixedRing {
-  struct Rank {
-    std::vector<std::unique_ptr<transport::Device>> devices;  // one per fabric
-    std::vector<std::unique_ptr<Link>> links;                 // by peer
-    std::unique_ptr<Engine> engine;
-  };
-  Config config;
-  std::atomic<bool> abortFlag{false};
-  std::vector<Rank> ranks;
-
-  static int fabricOf(int a, int b, int n) {
-    // The pair (lower, lower + 1); with 2 ranks both are each other's next.
-    const int lower = n == 2 ? std::min(a, b) : (b == (a + 1) % n ? a : b);
-    return lower % 2;
-  }
-
-  MixedRing(int n, int primaryFabric) : ranks(static_cast<size_t>(n)) {
-    config.transport = "loopback";
-    config.chunkBytes = 4096;
-    config.slotsPerPeer = 4;
-    config.timeoutMs = 5000;
-    uint64_t fabrics[kFabrics];
-    for (uint64_t& f : fabrics)
-      f = freshFabric();
-    SlotLayout layout;
-    layout.slots = 4;
-    layout.chunkBytes = 4096;
-    for (int r = 0; r < n; ++r) {
-      for (int f = 0; f < kFabrics; ++f) {
-        transport::DeviceOptions o;
-        o.rank = r;
-        o.nranks = n;
-        o.fabricId = fabrics[f];
-        o.config = config;
-        ranks[r].devices.push_back(transport::createDevice("loopback", o));
-      }
-      ranks[r].links.resize(static_cast<size_t>(n));
-      for (int p : {(r + 1) % n, (r + n - 1) % n}) {
-        if (p != r && !ranks[r].links[p]) {
-          ranks[r].links[p] =
-              std::make_unique<Link>(p, *ranks[r].devices[fabricOf(r, p, n)], layout);
-        }
-      }
-    }
-    std::vector<std::thread> threads;
-    std::vector<std::string> errors(static_cast<size_t>(n));
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          for (int p = 0; p < n; ++p) {
-            if (!ranks[r].links[p])
-              continue;
-            const int f = fabricOf(r, p, n);
-            auto c = ranks[r].devices[f]->connect(p, ranks[p].devices[f]->address(),
-                                                  Deadline::afterMs(5000));
-            ranks[r].links[p]->attach(std::move(c), ranks[p].links[r]->recvSlotsKey());
-          }
-        } catch (const std::exception& e) {
-          errors[r] = e.what();
-        }
-      });
-    }
-    for (auto& t : threads)
-      t.join();
-    for (int r = 0; r < n; ++r) {
-      EXPECT_EQ(errors[r], "") << "rank " << r;
-      std::vector<Link*> raw;
-      for (auto& l : ranks[r].links)
-        raw.push_back(l.get());
-      ranks[r].engine =
-          std::make_unique<Engine>(r, n, *ranks[r].devices[primaryFabric], raw, config, abortFlag);
-    }
-  }
-  ~MixedRing() {
-    for (auto& r : ranks)
-      r.engine.reset();
-    for (auto& r : ranks)
-      r.links.clear();
-  }
-};
 
 float inputOf(int rank, size_t i) {
   return static_cast<float>((rank + 1) * 100 + static_cast<int>(i % 89));
 }
 
 void runEveryCollective(int n, int primaryFabric) {
-  MixedRing ring(n, primaryFabric);
+  RingCluster ring(n, testConfig(), kFabrics, alternatingFabric, primaryFabric);
   const size_t count = 30011;  // many 4 KiB chunks per step
   std::vector<std::vector<float>> reduced(n, std::vector<float>(count)),
       gathered(n, std::vector<float>(count * n)), bcast(n, std::vector<float>(count));

@@ -19,96 +19,13 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "stream/link.h"
+#include "tests/unit/stream/ring_cluster.h"
 #include "transport/device.h"
 
 namespace gs::stream {
 namespace {
 
-uint64_t freshFabric() {
-  static std::atomic<uint64_t> next{0xe61e0000};
-  return next++;
-}
-
-Config testConfig(int64_t timeoutMs = 5000) {
-  Config c;
-  c.transport = "loopback";
-  c.chunkBytes = 4096;
-  c.slotsPerPeer = 4;
-  c.timeoutMs = timeoutMs;
-  return c;
-}
-
-// n ranks on one loopback fabric, each linked to its ring neighbours, with an Engine each.
-// Member order matters: engines and links (holding connections and regions) go before devices.
-struct Cluster {
-  struct Rank {
-    std::unique_ptr<transport::Device> device;
-    std::vector<std::unique_ptr<Link>> links;  // by peer
-    std::unique_ptr<Engine> engine;
-  };
-  Config config;
-  std::atomic<bool> abortFlag{false};
-  std::vector<Rank> ranks;
-
-  Cluster(int n, const Config& c) : config(c), ranks(static_cast<size_t>(n)) {
-    const uint64_t fabric = freshFabric();
-    Secret secret{};
-    for (size_t i = 0; i < secret.size(); ++i)
-      secret[i] = static_cast<uint8_t>(3 * i + 1);
-    SlotLayout layout;
-    layout.slots = static_cast<size_t>(c.slotsPerPeer);
-    layout.chunkBytes = static_cast<size_t>(c.chunkBytes);
-    for (int r = 0; r < n; ++r) {
-      transport::DeviceOptions o;
-      o.rank = r;
-      o.nranks = n;
-      o.secret = secret;
-      o.fabricId = fabric;
-      o.config = c;
-      ranks[r].device = transport::createDevice("loopback", o);
-      ranks[r].links.resize(static_cast<size_t>(n));
-      if (n > 1) {
-        for (int p : {(r + 1) % n, (r + n - 1) % n}) {
-          if (!ranks[r].links[p])
-            ranks[r].links[p] = std::make_unique<Link>(p, *ranks[r].device, layout);
-        }
-      }
-    }
-    // Connect every neighbour pair, each rank on its own thread.
-    std::vector<std::thread> threads;
-    std::vector<std::string> errors(static_cast<size_t>(n));
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          for (int p = 0; p < n; ++p) {
-            if (!ranks[r].links[p])
-              continue;
-            auto conn =
-                ranks[r].device->connect(p, ranks[p].device->address(), Deadline::afterMs(5000));
-            ranks[r].links[p]->attach(std::move(conn), ranks[p].links[r]->recvSlotsKey());
-          }
-        } catch (const std::exception& e) {
-          errors[r] = e.what();
-        }
-      });
-    }
-    for (auto& t : threads)
-      t.join();
-    for (int r = 0; r < n; ++r) {
-      EXPECT_EQ(errors[r], "") << "rank " << r;
-      std::vector<Link*> raw;
-      for (auto& l : ranks[r].links)
-        raw.push_back(l.get());
-      ranks[r].engine = std::make_unique<Engine>(r, n, *ranks[r].device, raw, config, abortFlag);
-    }
-  }
-  ~Cluster() {
-    for (auto& r : ranks)
-      r.engine.reset();
-    for (auto& r : ranks)
-      r.links.clear();
-  }
-};
+using Cluster = RingCluster;  // one loopback fabric
 
 // Runs fn(rank) on one thread per rank and returns each rank's error ("" when none).
 template <class F>
@@ -273,7 +190,7 @@ class HostilePeer : public ::testing::Test {
   static constexpr uint32_t kFirstChunk = 1024;
   HostilePeer() : cluster(2, testConfig(2000)) {
     staging.assign(3 * 8192, 0);
-    region = cluster.ranks[1].device->registerMemory(staging.data(), staging.size());
+    region = cluster.ranks[1].device().registerMemory(staging.data(), staging.size());
   }
   ~HostilePeer() override { region.reset(); }
 
@@ -488,7 +405,7 @@ TEST(EngineFuzz, CorruptedFirstChunkAlwaysFailsCleanly) {
   for (int iter = 0; iter < 12; ++iter) {
     Cluster cluster(2, testConfig(1000));
     std::vector<uint8_t> staging(64 + 4096);
-    auto region = cluster.ranks[1].device->registerMemory(staging.data(), staging.size());
+    auto region = cluster.ranks[1].device().registerMemory(staging.data(), staging.size());
     codecs::ChunkHeader h{};
     h.magic = codecs::kChunkMagic;
     h.version = 1;

@@ -9,23 +9,13 @@
 #include <gtest/gtest.h>
 
 #include "stream/schedule.h"
+#include "tests/unit/stream/schedule_counts.h"
 
 namespace gs::stream {
 namespace {
 
 constexpr Algorithm kNew[] = {Algorithm::kTree, Algorithm::kHalvingDoubling,
                               Algorithm::kHierarchical};
-
-std::vector<size_t> countsFor(int n) {
-  std::set<size_t> s = {0,
-                        1,
-                        static_cast<size_t>(n - 1),
-                        static_cast<size_t>(n),
-                        static_cast<size_t>(n + 1),
-                        static_cast<size_t>(3 * n + 2),
-                        1000};
-  return {s.begin(), s.end()};
-}
 
 // Hosts of the checks: consecutive blocks of `perHost` ranks, or ranks dealt round-robin over
 // the hosts (rank r on host r % hosts), which makes local and cross-host groups non-contiguous.

@@ -14,23 +14,13 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "tests/unit/stream/schedule_counts.h"
 
 namespace gs::stream {
 namespace {
 
 constexpr CollectiveKind kKinds[] = {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter,
                                      CollectiveKind::kAllGather, CollectiveKind::kBroadcast};
-
-std::vector<size_t> countsFor(int n) {
-  std::set<size_t> s = {0,
-                        1,
-                        static_cast<size_t>(n - 1),
-                        static_cast<size_t>(n),
-                        static_cast<size_t>(n + 1),
-                        static_cast<size_t>(3 * n + 2),
-                        1000};
-  return {s.begin(), s.end()};
-}
 
 std::vector<int> rootsFor(CollectiveKind kind, int n) {
   if (kind != CollectiveKind::kBroadcast)
