@@ -56,8 +56,9 @@ class Device final : public transport::Device {
   int rank_;
   int nranks_;
   Secret secret_;
-  std::string prefix_;  // "/gs-<pid>-<random>": every segment this device creates starts so
-  uint64_t token_ = 0;  // random, in our blob and control segment: proves the segment is ours
+  std::string prefix_;   // "/gs-<pid>-<random>": every segment this device creates starts so
+  uint64_t token_ = 0;   // random, in our blob and control segment: proves the segment is ours
+  AddressBlob address_;  // what address() publishes, made once
   std::unique_ptr<Segment> control_;  // our doorbell, which peers ring
   std::atomic<uint32_t> nextRegionId_{1};
   std::atomic<bool> interrupted_{false};
