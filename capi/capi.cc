@@ -130,6 +130,8 @@ gs::Config makeConfig(const gs_config_t* c) {
       cfg.hostname = c->hostname;
     if (GS_FIELD(shm) && c->shm >= 0)
       cfg.shm = c->shm != 0;
+    if (GS_FIELD(staging_bytes) && c->staging_bytes >= 0)
+      cfg.stagingBytes = c->staging_bytes;
 #undef GS_FIELD
   }
   cfg.applyEnvironment();
@@ -187,16 +189,16 @@ void checkOverlap(const void* send,
          inPlaceSend);
 }
 
-// Device buffers: the codec kernels exist (codecs/device_codec.h) but the engine does not stage
-// or encode device memory yet, so collectives take host memory (pageable, pinned or managed)
-// and refuse device memory by name instead of dereferencing it on the host.
-void checkStream(struct CUstream_st* stream) {
-  GS_CHECK(stream == nullptr, Errc::kUnsupported, "%s",
-           GS_HAVE_CUDA ? "cuda_stream must be NULL: in this version the collectives take host "
-                          "buffers only (device buffers are not supported yet)"
-                        : "cuda_stream must be NULL: this build of gradstream has no CUDA support");
+// Non-blocking calls run on the progress thread, which cannot keep a CUDA stream's order: they
+// take host buffers and no stream (the communicator refuses device buffers by name).
+void checkNoStream(struct CUstream_st* stream, const char* call) {
+  GS_CHECK(stream == nullptr, Errc::kUnsupported,
+           "%s: cuda_stream must be NULL (non-blocking calls take host buffers; for device "
+           "buffers use the blocking call with the stream)",
+           call);
 }
 
+// Gradient streams reduce host buffers only.
 void checkHostBuffer(const void* p, const char* name) {
   if (p == nullptr)
     return;
@@ -204,11 +206,6 @@ void checkHostBuffer(const void* p, const char* name) {
   GS_CHECK(where != gs::codecs::BufferLocation::kDevice, Errc::kUnsupported,
            "%s is CUDA device memory: in this version the collectives take host buffers only",
            name);
-}
-
-void checkHostBuffers(const void* send, const void* recv) {
-  checkHostBuffer(send, "sendbuff");
-  checkHostBuffer(recv, "recvbuff");
 }
 
 // Reduce-scatter (the send buffer holds N blocks) and allgather (the recv buffer does): NULL
@@ -249,17 +246,10 @@ gs::stream::CollectiveArgs reduceArgs(gs::stream::CollectiveKind kind,
   return a;
 }
 
-gs::stream::CollectiveArgs allreduceArgs(const void* send,
-                                         void* recv,
-                                         size_t count,
-                                         gs_dtype_t dtype,
-                                         gs_redop_t op,
-                                         gs_comm_t comm,
-                                         struct CUstream_st* stream) {
+gs::stream::CollectiveArgs allreduceArgs(
+    const void* send, void* recv, size_t count, gs_dtype_t dtype, gs_redop_t op, gs_comm_t comm) {
   communicator(comm);
   checkTypes(dtype, op);
-  checkStream(stream);
-  checkHostBuffers(send, recv);
   const size_t bytes = bytesOf(count, dtype, 1, "count");
   GS_ARG(count == 0 || send != nullptr, "sendbuff is NULL");
   GS_ARG(count == 0 || recv != nullptr, "recvbuff is NULL");
@@ -291,6 +281,7 @@ gs_status_t gs_config_init(gs_config_t* config) {
     config->algo = nullptr;
     config->hostname = nullptr;
     config->shm = -1;
+    config->staging_bytes = -1;
   });
 }
 
@@ -422,6 +413,11 @@ gs_status_t gs_comm_stats(gs_comm_t comm, gs_comm_stats_t* out_stats) {
     snprintf(v.metrics_address, sizeof(v.metrics_address), "%s", st.metricsAddress.c_str());
     snprintf(v.last_algorithm, sizeof(v.last_algorithm), "%s", st.lastAlgorithm.c_str());
     snprintf(v.transport, sizeof(v.transport), "%s", c.transportName().c_str());
+    snprintf(v.device_path, sizeof(v.device_path), "%s",
+             st.snapshot.stagedCollectives > 0 ? "pinned_host_staging" : "");
+    v.staged_collectives = st.snapshot.stagedCollectives;
+    v.staged_to_host_bytes = st.snapshot.stagedToHostBytes;
+    v.staged_to_device_bytes = st.snapshot.stagedToDeviceBytes;
     // Versioned copy: only what the caller's struct has room for.
     memcpy(out_stats, &v, v.struct_size);
   });
@@ -444,9 +440,9 @@ gs_status_t gs_allreduce(const void* sendbuff,
                          struct CUstream_st* cuda_stream) {
   return guard([&] {
     checkTypes(dtype, op);
-    auto args = allreduceArgs(sendbuff, recvbuff, count, dtype, op, comm, cuda_stream);
+    auto args = allreduceArgs(sendbuff, recvbuff, count, dtype, op, comm);
     if (count > 0)
-      communicator(comm).run(args);
+      communicator(comm).run(args, cuda_stream);
   });
 }
 
@@ -460,12 +456,11 @@ gs_status_t gs_reduce_scatter(const void* sendbuff,
   return guard([&] {
     auto& c = communicator(comm);
     checkTypes(dtype, op);
-    checkStream(cuda_stream);
-    checkHostBuffers(sendbuff, recvbuff);
     checkBlockBuffers(c, sendbuff, recvbuff, recvcount, dtype, "recvcount", true);
     if (recvcount > 0) {
       c.run(reduceArgs(gs::stream::CollectiveKind::kReduceScatter, sendbuff, recvbuff, recvcount,
-                       dtype, op));
+                       dtype, op),
+            cuda_stream);
     }
   });
 }
@@ -479,12 +474,11 @@ gs_status_t gs_allgather(const void* sendbuff,
   return guard([&] {
     auto& c = communicator(comm);
     checkTypes(dtype, GS_SUM);
-    checkStream(cuda_stream);
-    checkHostBuffers(sendbuff, recvbuff);
     checkBlockBuffers(c, sendbuff, recvbuff, sendcount, dtype, "sendcount", false);
     if (sendcount > 0) {
       c.run(reduceArgs(gs::stream::CollectiveKind::kAllGather, sendbuff, recvbuff, sendcount, dtype,
-                       GS_SUM));
+                       GS_SUM),
+            cuda_stream);
     }
   });
 }
@@ -499,8 +493,6 @@ gs_status_t gs_broadcast(const void* sendbuff,
   return guard([&] {
     auto& c = communicator(comm);
     checkTypes(dtype, GS_SUM);
-    checkStream(cuda_stream);
-    checkHostBuffers(sendbuff, recvbuff);
     GS_ARG(root >= 0 && root < c.size(), "root %d is out of range [0, %d)", root, c.size());
     const size_t bytes = bytesOf(count, dtype, 1, "count");
     GS_ARG(count == 0 || c.rank() != root || sendbuff != nullptr, "sendbuff is NULL on the root");
@@ -511,7 +503,7 @@ gs_status_t gs_broadcast(const void* sendbuff,
       auto args = reduceArgs(gs::stream::CollectiveKind::kBroadcast, sendbuff, recvbuff, count,
                              dtype, GS_SUM);
       args.root = root;
-      c.run(args);
+      c.run(args, cuda_stream);
     }
   });
 }
@@ -527,7 +519,8 @@ gs_status_t gs_iallreduce(const void* sendbuff,
   return guard([&] {
     GS_ARG(out_request != nullptr, "out_request is NULL");
     checkTypes(dtype, op);
-    auto args = allreduceArgs(sendbuff, recvbuff, count, dtype, op, comm, cuda_stream);
+    checkNoStream(cuda_stream, "gs_iallreduce");
+    auto args = allreduceArgs(sendbuff, recvbuff, count, dtype, op, comm);
     auto handle = std::make_unique<gs_request_s>();
     handle->timeoutMs = communicator(comm).config().timeoutMs;
     if (count > 0) {

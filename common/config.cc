@@ -131,6 +131,11 @@ const std::vector<Entry>& table() {
        [](Config& c, const std::string& v) { c.hostname = v; }},
       {{"GS_SHM", "1", "1: shared-memory transport between ranks of one host; 0: off"},
        [](Config& c, const std::string& v) { c.shm = parseInt("GS_SHM", v, 0, 1) != 0; }},
+      {{"GS_STAGING_BYTES", "32M",
+        "CUDA device buffers: each of the two pinned host staging slots (64K..1G; K/M/G)"},
+       [](Config& c, const std::string& v) {
+         c.stagingBytes = parseInt("GS_STAGING_BYTES", v, 64 << 10, int64_t{1} << 30);
+       }},
   };
   return entries;
 }
@@ -181,6 +186,8 @@ void Config::validate() const {
                algo == "hierarchical",
            Errc::kInvalidArgument,
            "algo '%s' is unknown (auto, ring, tree, halving_doubling, hierarchical)", algo.c_str());
+  GS_CHECK(stagingBytes >= (64 << 10) && stagingBytes <= (int64_t{1} << 30), Errc::kInvalidArgument,
+           "staging_bytes %lld is out of range [64K, 1G]", static_cast<long long>(stagingBytes));
   // codec is validated where codecs are known (codecs::CodecSpec::parse, at communicator set-up).
 }
 

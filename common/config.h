@@ -44,6 +44,8 @@ struct Config {
   std::string algo = "auto";  // auto | ring | tree | halving_doubling | hierarchical
   std::string hostname;       // overrides the host name used to group ranks (tests)
   bool shm = true;            // shared-memory transport between ranks of one host
+  // CUDA device buffers: each of the two pinned host slots a collective is staged through
+  int64_t stagingBytes = 32 << 20;
 
   /// Applies the GS_* variables present in the environment. Throws kInvalidArgument naming
   /// the variable when a value does not parse or is out of range.

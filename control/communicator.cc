@@ -278,7 +278,7 @@ void Communicator::checkUsable() const {
   }
 }
 
-void Communicator::execute(const stream::CollectiveArgs& args) {
+void Communicator::execute(const stream::CollectiveArgs& args, bool record) {
   std::lock_guard<std::mutex> lock(execMutex_);
   checkUsable();
   try {
@@ -304,12 +304,82 @@ void Communicator::execute(const stream::CollectiveArgs& args) {
         byPeer[p] = links_[p].get();
       controller_->end(*engine_, *metrics_, byPeer, AdaptiveController::Clock::now());
     }
+    if (record)
+      recordCollective(args, std::chrono::duration<double>(Clock::now() - start).count());
+  } catch (const Error& e) {
+    fail(e);
+    throw;
+  }
+}
+
+void Communicator::fail(const Error& e) {
+  {
+    std::lock_guard<std::mutex> state(stateMutex_);
+    if (failure_)
+      return;  // already counted (a staged call's piece failed in execute)
+    failure_ = e;
+  }
+  metrics_->recordError(e.code());
+}
+
+void Communicator::setDeviceMemory(std::shared_ptr<codecs::DeviceMemory> memory) {
+  std::lock_guard<std::mutex> lock(deviceMemoryMutex_);
+  deviceMemory_ = std::move(memory);
+  deviceMemoryResolved_ = true;
+}
+
+codecs::DeviceMemory* Communicator::deviceMemory() {
+  std::lock_guard<std::mutex> lock(deviceMemoryMutex_);
+  if (!deviceMemoryResolved_) {
+    deviceMemoryResolved_ = true;
+    try {
+      deviceMemory_ = codecs::makeCudaDeviceMemory();
+    } catch (const Error& e) {
+      deviceMemoryUnavailable_ = e.what();
+    }
+  }
+  return deviceMemory_.get();
+}
+
+void Communicator::runStaged(const stream::CollectiveArgs& args, CUstream_st* cudaStream) {
+  codecs::DeviceMemory* memory = deviceMemory();
+  const int device = memory != nullptr ? collectiveDevice(*memory, args) : -1;
+  if (device < 0 && cudaStream == nullptr)
+    return execute(args);
+  GS_CHECK(memory != nullptr, Errc::kUnsupported, "cuda_stream is not NULL, but %s",
+           deviceMemoryUnavailable_.c_str());
+  if (!staging_) {
+    staging_ = std::make_unique<DeviceStaging>(deviceMemory_, config_.stagingBytes,
+                                               config_.timeoutMs, aborted_);
+  }
+  try {
+    if (device < 0) {
+      staging_->synchronize(cudaStream);  // host buffers: after the stream's producers
+      return execute(args);
+    }
+    if (metrics_->snapshot().stagedCollectives == 0) {
+      GS_LOG_INFO(
+          "rank %d: CUDA device buffers (device %d) go through pinned host staging: 2 x %lld "
+          "bytes, copies on the caller's stream, reduction on the host over %s%s",
+          rank_, device, static_cast<long long>(config_.stagingBytes), transportName_.c_str(),
+          networkTransport_ == "verbs" ? " (the NIC does not touch GPU memory in this version)"
+                                       : "");
+    }
+    const auto start = Clock::now();
+    const DeviceStaging::Totals totals =
+        staging_->run(args, rank_, nranks_, device, cudaStream,
+                      [&](const stream::CollectiveArgs& piece) { execute(piece, false); });
+    metrics_->recordStaged(totals.toHostBytes, totals.toDeviceBytes);
     recordCollective(args, std::chrono::duration<double>(Clock::now() - start).count());
   } catch (const Error& e) {
-    metrics_->recordError(e.code());
-    std::lock_guard<std::mutex> state(stateMutex_);
-    if (!failure_)
-      failure_ = e;
+    // The peers are in (or about to enter) this collective: a rank that cannot take part
+    // leaves the communicator broken, as a failed engine run does. A bad argument (a stream of
+    // another device) is refused before anything was staged, as the C API's checks are.
+    if (e.code() != Errc::kInvalidArgument) {
+      fail(e);
+      std::lock_guard<std::mutex> lock(execMutex_);
+      engine_->notifyPeers(rank_);  // once per engine: a no-op when a piece's run already did
+    }
     throw;
   }
 }
@@ -410,7 +480,7 @@ Communicator::Stats Communicator::stats() const {
   return out;
 }
 
-void Communicator::run(const stream::CollectiveArgs& args) {
+void Communicator::run(const stream::CollectiveArgs& args, CUstream_st* cudaStream) {
   checkUsable();
   std::unique_lock<std::mutex> lock(queueMutex_);
   // Earlier non-blocking requests go first (issue order). Each is bounded by the timeout.
@@ -428,11 +498,16 @@ void Communicator::run(const stream::CollectiveArgs& args) {
       self->queueCv_.notify_all();
     }
   } release{this};
-  execute(args);
+  runStaged(args, cudaStream);
 }
 
 std::shared_ptr<Request> Communicator::submit(const stream::CollectiveArgs& args) {
   checkUsable();
+  if (codecs::DeviceMemory* memory = deviceMemory()) {
+    GS_CHECK(collectiveDevice(*memory, args) < 0, Errc::kUnsupported,
+             "non-blocking collectives take host buffers only (a CUDA device buffer was given): "
+             "use the blocking call with a cuda_stream, which keeps stream order");
+  }
   auto request = std::make_shared<Request>(args);
   {
     std::lock_guard<std::mutex> lock(queueMutex_);

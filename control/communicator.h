@@ -11,9 +11,11 @@
 #include <vector>
 
 #include "codecs/codec.h"
+#include "codecs/device_memory.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "control/adaptive_controller.h"
+#include "control/device_staging.h"
 #include "control/link_transports.h"
 #include "control/unique_id.h"
 #include "monitoring/metrics.h"
@@ -74,9 +76,19 @@ class Communicator {
   std::string transportName() const { return transportName_; }
 
   /// Runs a collective to completion on this rank. Throws gs::Error.
-  void run(const stream::CollectiveArgs& args);
-  /// Queues a collective for the progress thread.
+  ///
+  /// CUDA: buffers may be device memory (then they go through pinned host staging, see
+  /// DeviceStaging: the call returns once the host part is done and the result copies are
+  /// enqueued on cudaStream, null meaning the legacy default stream). Host buffers with a
+  /// non-null cudaStream first wait for the work enqueued on that stream.
+  void run(const stream::CollectiveArgs& args, CUstream_st* cudaStream = nullptr);
+  /// Queues a collective for the progress thread. Host buffers only (kUnsupported naming the
+  /// device buffer otherwise: stream order cannot be kept from another thread).
   std::shared_ptr<Request> submit(const stream::CollectiveArgs& args);
+
+  /// Where device buffers are recognized and copied: the CUDA runtime unless set (tests set a
+  /// host-memory fake). Set before the first collective.
+  void setDeviceMemory(std::shared_ptr<codecs::DeviceMemory> memory);
 
   void abort();
   const stream::CollectiveStats& lastStats() const { return engine_->lastStats(); }
@@ -95,7 +107,13 @@ class Communicator {
  private:
   Communicator(int nranks, int rank, const Config& config);
   void connect(const UniqueId& id);
-  void execute(const stream::CollectiveArgs& args);  // holds execMutex_
+  /// Holds execMutex_. record: count it as one collective in the metrics and stats (pieces of
+  /// a staged call are counted once, by runStaged).
+  void execute(const stream::CollectiveArgs& args, bool record = true);
+  void runStaged(const stream::CollectiveArgs& args, CUstream_st* cudaStream);
+  /// The CUDA runtime (or the fake), null where none can run; reason() then says why.
+  codecs::DeviceMemory* deviceMemory();
+  void fail(const Error& e);  // marks the communicator broken by e
   /// codec=auto: every rank runs this before the same adaptive collective (every
   /// kChunkAgreementEvery-th): a raw 8-byte MIN allreduce of the controllers' chunk proposals,
   /// whose result every rank then applies, so all cut the next collectives alike.
@@ -128,6 +146,11 @@ class Communicator {
   std::unique_ptr<AdaptiveController> controller_;  // codec=auto
 
   std::atomic<bool> aborted_{false};
+  std::mutex deviceMemoryMutex_;
+  bool deviceMemoryResolved_ = false;
+  std::shared_ptr<codecs::DeviceMemory> deviceMemory_;  // null: no CUDA here
+  std::string deviceMemoryUnavailable_;                 // why, when null
+  std::unique_ptr<DeviceStaging> staging_;              // first device-buffer call
   std::mutex execMutex_;  // one collective at a time; guards the links and engine
   mutable std::mutex stateMutex_;
   std::optional<Error> failure_;

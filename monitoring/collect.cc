@@ -175,6 +175,20 @@ std::vector<Family> Metrics::State::collect() const {
                                        static_cast<double>(errors[e].load(r))));
   }
 
+  // The path label names how device buffers reach the transport: only pinned host staging in
+  // this version (GPUDirect would be a second path).
+  Family devColl = family("gs_device_collectives_total",
+                          "Collectives on CUDA device buffers by data path", T::kCounter);
+  devColl.samples.push_back(valueSample(with({{"path", "pinned_host_staging"}}),
+                                        static_cast<double>(stagedCollectives.load(r))));
+  Family staged =
+      family("gs_device_staged_bytes_total",
+             "Bytes copied between device buffers and pinned host staging", T::kCounter);
+  staged.samples.push_back(valueSample(with({{"direction", "device_to_host"}}),
+                                       static_cast<double>(stagedToHostBytes.load(r))));
+  staged.samples.push_back(valueSample(with({{"direction", "host_to_device"}}),
+                                       static_cast<double>(stagedToDeviceBytes.load(r))));
+
   Family compErr =
       family("gs_compression_error", "Sampled relative error of lossy chunks by codec", T::kGauge);
   for (int c = 0; c < kMaxCodecs; ++c) {
@@ -197,10 +211,11 @@ std::vector<Family> Metrics::State::collect() const {
   ranks.samples.push_back(valueSample(base, nranks));
 
   std::vector<Family> out;
-  for (Family* f : {&bytesLogical, &bytesWire, &chunks,       &chunksRecv,  &bytesRecv, &goodput,
-                    &latency,      &chunkSize, &rung,         &creditWait,  &encode,    &rtt,
-                    &retrans,      &cwnd,      &lastProgress, &collSeconds, &collBytes, &algbw,
-                    &busbw,        &inProg,    &errs,         &compErr,     &infoFam,   &ranks}) {
+  for (Family* f :
+       {&bytesLogical, &bytesWire,   &chunks,     &chunksRecv, &bytesRecv, &goodput, &latency,
+        &chunkSize,    &rung,        &creditWait, &encode,     &rtt,       &retrans, &cwnd,
+        &lastProgress, &collSeconds, &collBytes,  &algbw,      &busbw,     &inProg,  &errs,
+        &devColl,      &staged,      &compErr,    &infoFam,    &ranks}) {
     if (!f->samples.empty())
       out.push_back(std::move(*f));
   }

@@ -230,6 +230,9 @@ Snapshot Metrics::State::snapshot() const {
     s.errors[e] = errors[e].load(r);
     s.errorsTotal += s.errors[e];
   }
+  s.stagedCollectives = stagedCollectives.load(r);
+  s.stagedToHostBytes = stagedToHostBytes.load(r);
+  s.stagedToDeviceBytes = stagedToDeviceBytes.load(r);
   return s;
 }
 
@@ -363,6 +366,12 @@ void Metrics::recordError(Errc kind) noexcept {
     return;
   state_->errors[idx].fetch_add(1, std::memory_order_relaxed);
   state_->inProgress.store(0, std::memory_order_relaxed);
+}
+
+void Metrics::recordStaged(uint64_t toHostBytes, uint64_t toDeviceBytes) noexcept {
+  state_->stagedCollectives.fetch_add(1, std::memory_order_relaxed);
+  state_->stagedToHostBytes.fetch_add(toHostBytes, std::memory_order_relaxed);
+  state_->stagedToDeviceBytes.fetch_add(toDeviceBytes, std::memory_order_relaxed);
 }
 
 void Metrics::setCompressionError(int codecId, double relativeError) noexcept {

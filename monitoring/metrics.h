@@ -96,6 +96,11 @@ struct Snapshot {
   std::array<OpSnapshot, kCollectiveOps> ops{};
   std::array<uint64_t, kErrorKinds> errors{};  // index: -static_cast<int>(Errc) - 1
   uint64_t errorsTotal = 0;
+  // Collectives on CUDA device buffers, all through pinned host staging in this version, and
+  // the bytes copied device -> host (inputs) and host -> device (results).
+  uint64_t stagedCollectives = 0;
+  uint64_t stagedToHostBytes = 0;
+  uint64_t stagedToDeviceBytes = 0;
   std::vector<LinkSnapshot> links;  // in addLink order
 
   double compressionRatio() const;           // bytesLogical / bytesWire (1 when nothing was sent)
@@ -180,6 +185,10 @@ class Metrics {
   /// One failed operation of the given kind; also clears the in-progress mark. kOk and
   /// kInProgress are ignored.
   void recordError(Errc kind) noexcept;
+  /// One collective on device buffers run through pinned host staging, with the bytes it
+  /// copied device -> host and host -> device (gs_device_collectives_total{path},
+  /// gs_device_staged_bytes_total{direction}).
+  void recordStaged(uint64_t toHostBytes, uint64_t toDeviceBytes) noexcept;
   /// Sampled relative error of lossy chunks of a codec (gs_compression_error{codec}).
   void setCompressionError(int codecId, double relativeError) noexcept;
   /// Transport details exported as gs_transport_info{transport, <key>=<value>...} 1. Keys are

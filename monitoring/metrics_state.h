@@ -48,6 +48,10 @@ struct Metrics::State {
   std::array<std::atomic<uint64_t>, kErrorKinds> errors{};
   std::array<std::atomic<double>, kMaxCodecs> compressionError;  // NaN: never set
   std::atomic<int> inProgress{0};
+  // Collectives on device buffers (pinned host staging) and the bytes staged each way.
+  std::atomic<uint64_t> stagedCollectives{0};
+  std::atomic<uint64_t> stagedToHostBytes{0};
+  std::atomic<uint64_t> stagedToDeviceBytes{0};
 
   std::vector<Family> collect() const;
   Snapshot snapshot() const;

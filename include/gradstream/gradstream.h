@@ -99,6 +99,8 @@ typedef struct {
                                  "tree", "halving_doubling", "hierarchical" */
   const char* hostname;     /**< groups ranks into hosts; default gethostname() */
   int64_t shm;              /**< 1 (default): shared memory between ranks of one host; 0 off */
+  int64_t staging_bytes;    /**< CUDA device buffers: size of each of the two pinned host
+                                 staging slots; default 32 MiB */
 } gs_config_t;
 
 /** Fills *config with "unset" for every field. Returns GS_ERR_INVALID_ARGUMENT for NULL. */
@@ -190,14 +192,27 @@ typedef struct {
   char last_algorithm[32];  /**< schedule of the last collective: "ring", "tree", ... */
   char transport[32];       /**< what carries this rank's links: "tcp", "verbs", "loopback",
                                  "shm" (all same-host peers), "shm+tcp" / "shm+verbs" (both) */
+  char device_path[32];     /**< how CUDA device buffers travel: "pinned_host_staging" once a
+                                 collective on device buffers ran, "" before */
+  uint64_t staged_collectives; /**< collectives on device buffers, and the bytes they copied */
+  uint64_t staged_to_host_bytes;
+  uint64_t staged_to_device_bytes;
 } gs_comm_stats_t;
 
 GS_API gs_status_t gs_comm_stats(gs_comm_t comm, gs_comm_stats_t* out_stats);
 
 /**
- * Collectives. Buffers are host memory when cuda_stream is NULL (this build has no CUDA
- * support and rejects a non-NULL stream with GS_ERR_UNSUPPORTED). Calls block until the
- * result is in recvbuff on this rank. send == recv (in place) is allowed; for reduce-scatter
+ * Collectives. Buffers are host memory (pageable, pinned or managed) or CUDA device memory.
+ * Host buffers: the call blocks until the result is in recvbuff on this rank; with a non-NULL
+ * cuda_stream it first waits for the work enqueued on that stream.
+ * Device buffers (one device per call): they are staged through pinned host memory in pieces
+ * (GS_STAGING_BYTES), copies ordered on cuda_stream (NULL: the legacy default stream). The
+ * call returns once the reduction is done on the host and the copies of the result into
+ * recvbuff are enqueued on the stream: later work on that stream sees the result; the host
+ * must synchronize the stream before reading recvbuff itself. Unlike NCCL the calling thread
+ * takes part (it waits for the input copies, bounded by the timeout). A build or host without
+ * CUDA rejects a non-NULL cuda_stream with GS_ERR_UNSUPPORTED naming the reason.
+ * send == recv (in place) is allowed; for reduce-scatter
  * in place means recv == send + rank * recvcount, for allgather send == recv + rank *
  * sendcount (NCCL conventions). A count of 0 is a no-op that still checks its arguments.
  */
@@ -231,7 +246,8 @@ GS_API gs_status_t gs_broadcast(const void* sendbuff,
                                 struct CUstream_st* cuda_stream);
 
 /**
- * Non-blocking allreduce. Requests on one communicator complete in the order they were
+ * Non-blocking allreduce on host buffers (cuda_stream must be NULL; device buffers are
+ * GS_ERR_UNSUPPORTED). Requests on one communicator complete in the order they were
  * issued; a progress thread of the communicator runs them, so the caller may compute in the
  * meantime. The buffers must stay valid until the request is complete.
  */

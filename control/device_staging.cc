@@ -1,0 +1,315 @@
+#include "control/device_staging.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/error.h"
+
+namespace gs::control {
+namespace {
+
+using stream::CollectiveKind;
+
+bool isBlockwise(CollectiveKind kind) {
+  return kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllGather;
+}
+
+// Restores the caller's current device when a call leaves (the library should not change it).
+class CurrentDevice {
+ public:
+  CurrentDevice(codecs::DeviceMemory& memory, int device)
+      : memory_(memory), previous_(memory.setDevice(device)), device_(device) {}
+  ~CurrentDevice() {
+    if (previous_ != device_) {
+      try {
+        memory_.setDevice(previous_);
+      } catch (const Error&) {
+        // The device reports the failure again on the caller's next call.
+      }
+    }
+  }
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  codecs::DeviceMemory& memory_;
+  int previous_;
+  int device_;
+};
+
+}  // namespace
+
+int collectiveDevice(codecs::DeviceMemory& memory, const stream::CollectiveArgs& args) {
+  const int send = memory.deviceOf(args.send);
+  const int recv = memory.deviceOf(args.recv);
+  GS_CHECK(send < 0 || recv < 0 || send == recv, Errc::kInvalidArgument,
+           "sendbuff is on CUDA device %d and recvbuff on device %d: a collective's buffers "
+           "share one device",
+           send, recv);
+  return send >= 0 ? send : recv;
+}
+
+// One piece of a call: the same element range [offset, offset + count) of every block (one
+// block, or nranks blocks for reduce-scatter / allgather), staged densely in a slot.
+struct DeviceStaging::Piece {
+  stream::CollectiveArgs args;  // the call's
+  size_t offsetBytes = 0;       // of the range within a block
+  size_t bytes = 0;             // of the range
+  size_t blockBytes = 0;        // a block of the user's buffer (the pitch between ranges)
+  size_t blocks = 1;
+  size_t count = 0;  // elements of the range
+};
+
+DeviceStaging::Piece DeviceStaging::piece(const stream::CollectiveArgs& args,
+                                          int nranks,
+                                          size_t index,
+                                          size_t perPiece) const {
+  const size_t esize = elementSize(args.dtype);
+  Piece p;
+  p.args = args;
+  p.blocks = isBlockwise(args.kind) ? static_cast<size_t>(nranks) : 1;
+  p.blockBytes = args.count * esize;
+  const size_t first = index * perPiece;
+  p.count = std::min(perPiece, args.count - first);
+  p.offsetBytes = first * esize;
+  p.bytes = p.count * esize;
+  return p;
+}
+
+void DeviceStaging::copyIn(const Piece& p, int slot, Stream stream) {
+  const auto* send = static_cast<const uint8_t*>(p.args.send);
+  uint8_t* dst = slots_[slot];
+  switch (p.args.kind) {
+    case CollectiveKind::kAllReduce:
+      memory_->copy2D(dst, p.bytes, send + p.offsetBytes, p.bytes, p.bytes, 1, stream);
+      break;
+    case CollectiveKind::kBroadcast:
+      if (rank_ == p.args.root)
+        memory_->copy2D(dst, p.bytes, send + p.offsetBytes, p.bytes, p.bytes, 1, stream);
+      break;
+    case CollectiveKind::kReduceScatter:  // the range of every rank's block, gathered densely
+      memory_->copy2D(dst, p.bytes, send + p.offsetBytes, p.blockBytes, p.bytes, p.blocks, stream);
+      break;
+    case CollectiveKind::kAllGather:  // this rank's contribution into its block of the slot
+      memory_->copy2D(dst + static_cast<size_t>(rank_) * p.bytes, p.bytes, send + p.offsetBytes,
+                      p.bytes, p.bytes, 1, stream);
+      break;
+  }
+}
+
+void DeviceStaging::copyOut(const Piece& p, int slot, Stream stream) {
+  auto* recv = static_cast<uint8_t*>(p.args.recv);
+  const uint8_t* src = slots_[slot];
+  switch (p.args.kind) {
+    case CollectiveKind::kAllReduce:
+    case CollectiveKind::kBroadcast:
+      memory_->copy2D(recv + p.offsetBytes, p.bytes, src, p.bytes, p.bytes, 1, stream);
+      break;
+    case CollectiveKind::kReduceScatter:  // this rank's reduced block
+      memory_->copy2D(recv + p.offsetBytes, p.bytes, src + static_cast<size_t>(rank_) * p.bytes,
+                      p.bytes, p.bytes, 1, stream);
+      break;
+    case CollectiveKind::kAllGather:  // the range of every block, scattered back
+      memory_->copy2D(recv + p.offsetBytes, p.blockBytes, src, p.bytes, p.bytes, p.blocks, stream);
+      break;
+  }
+}
+
+DeviceStaging::DeviceStaging(std::shared_ptr<codecs::DeviceMemory> memory,
+                             int64_t slotBytes,
+                             int64_t timeoutMs,
+                             const std::atomic<bool>& abortFlag)
+    : memory_(std::move(memory)),
+      slotBytes_(slotBytes),
+      timeoutMs_(timeoutMs),
+      abortFlag_(abortFlag) {
+  GS_CHECK(slotBytes_ > 0, Errc::kInvalidArgument, "staging slot size %lld must be positive",
+           static_cast<long long>(slotBytes_));
+}
+
+DeviceStaging::~DeviceStaging() {
+  // Copies may still read or write the slots: give them the timeout, then free regardless
+  // (freeing pinned memory waits for the device itself).
+  try {
+    releaseEvents();
+  } catch (const Error&) {
+    // The communicator is going away; the free below still waits for the device.
+  }
+  for (auto*& s : slots_)
+    memory_->freePinned(s);
+}
+
+void DeviceStaging::useDevice(int device) {
+  if (eventsDevice_ == device)
+    return;
+  releaseEvents();
+  try {
+    for (auto** e : {&inputCopied_[0], &inputCopied_[1], &resultsCopied_, &synchronized_})
+      *e = memory_->createEvent();
+  } catch (...) {
+    destroyEvents();
+    throw;
+  }
+  eventsDevice_ = device;
+}
+
+void DeviceStaging::releaseEvents() {
+  if (eventsDevice_ < 0)
+    return;
+  // The last call's copies finish before the slots serve another device. When that wait fails
+  // the communicator is broken (no further calls): the events go regardless.
+  struct Destroy {
+    DeviceStaging* self;
+    ~Destroy() { self->destroyEvents(); }
+  } destroy{this};
+  waitFor(resultsCopied_, "the last call's result copies");
+}
+
+void DeviceStaging::destroyEvents() noexcept {
+  for (auto** e : {&inputCopied_[0], &inputCopied_[1], &resultsCopied_, &synchronized_}) {
+    memory_->destroyEvent(*e);
+    *e = nullptr;
+  }
+  eventsDevice_ = -1;
+}
+
+void DeviceStaging::reserveSlots(size_t bytes) {
+  if (bytes <= slotCapacity_)
+    return;
+  // The previous call's result copies may still read the old slots.
+  if (slotCapacity_ > 0)
+    waitFor(resultsCopied_, "the previous call's result copies");
+  for (auto*& s : slots_) {
+    memory_->freePinned(s);
+    s = nullptr;
+  }
+  slotCapacity_ = 0;
+  // Whole MiB (a little room for the next, slightly larger call), at most the configured size
+  // unless one element per block needs more.
+  constexpr size_t kMiB = size_t{1} << 20;
+  const size_t rounded =
+      std::max(bytes, std::min((bytes + kMiB - 1) / kMiB * kMiB, static_cast<size_t>(slotBytes_)));
+  for (auto*& s : slots_)
+    s = static_cast<uint8_t*>(memory_->allocPinned(rounded));
+  slotCapacity_ = rounded;
+}
+
+void DeviceStaging::waitFor(codecs::DeviceMemory::Event* event, const char* what) {
+  const Deadline deadline = Deadline::afterMs(timeoutMs_);
+  // Copies of a piece take a millisecond or so: yield first, then sleep in short steps.
+  for (int round = 0;; ++round) {
+    if (memory_->done(event))
+      return;
+    GS_CHECK(!abortFlag_.load(std::memory_order_relaxed), Errc::kAborted,
+             "communicator aborted while waiting for %s on the CUDA stream", what);
+    GS_CHECK(!deadline.expired(), Errc::kTimeout,
+             "the CUDA stream did not complete %s within %lld ms (is earlier work on the "
+             "stream still running, or blocked?)",
+             what, static_cast<long long>(timeoutMs_));
+    if (round < 64)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+DeviceStaging::Totals DeviceStaging::run(const stream::CollectiveArgs& args,
+                                         int rank,
+                                         int nranks,
+                                         int device,
+                                         Stream stream,
+                                         const RunHost& runHost) {
+  GS_CHECK(args.residual == nullptr, Errc::kUnsupported,
+           "error feedback on device buffers: the residual lives in host memory");
+  Totals totals;
+  if (args.count == 0)
+    return totals;
+  CurrentDevice current(*memory_, device);
+  const int streamDevice = memory_->streamDevice(stream);
+  GS_CHECK(streamDevice == device, Errc::kInvalidArgument,
+           "cuda_stream belongs to CUDA device %d but the buffers are on device %d", streamDevice,
+           device);
+  useDevice(device);
+  rank_ = rank;
+  const size_t esize = elementSize(args.dtype);
+  const size_t blocks = isBlockwise(args.kind) ? static_cast<size_t>(nranks) : 1;
+  const size_t perPiece = std::max<size_t>(1, static_cast<size_t>(slotBytes_) / (esize * blocks));
+  const size_t pieces = (args.count + perPiece - 1) / perPiece;
+  reserveSlots(std::min(perPiece, args.count) * esize * blocks);
+  // The slots are free on the device's timeline once the last call's result copies ran.
+  memory_->streamWait(stream, resultsCopied_);
+
+  auto hostArgs = [&](const Piece& p, int slot) {
+    stream::CollectiveArgs h = args;
+    h.count = p.count;
+    uint8_t* base = slots_[slot];
+    uint8_t* own = base + static_cast<size_t>(rank) * p.bytes;
+    switch (args.kind) {
+      case CollectiveKind::kAllReduce:
+        h.send = base;
+        h.recv = base;
+        break;
+      case CollectiveKind::kBroadcast:
+        h.send = rank == args.root ? base : nullptr;
+        h.recv = base;
+        break;
+      case CollectiveKind::kReduceScatter:  // in place: recv is this rank's block of send
+        h.send = base;
+        h.recv = own;
+        break;
+      case CollectiveKind::kAllGather:  // in place: send is this rank's block of recv
+        h.send = own;
+        h.recv = base;
+        break;
+    }
+    return h;
+  };
+  const bool hasInput = args.kind != CollectiveKind::kBroadcast || rank == args.root;
+  auto stageIn = [&](size_t index) {
+    const Piece p = piece(args, nranks, index, perPiece);
+    const int slot = static_cast<int>(index & 1);
+    copyIn(p, slot, stream);
+    memory_->record(inputCopied_[slot], stream);
+    if (hasInput)
+      totals.toHostBytes +=
+          args.kind == CollectiveKind::kReduceScatter ? p.bytes * blocks : p.bytes;
+  };
+
+  try {
+    stageIn(0);
+    for (size_t index = 0; index < pieces; ++index) {
+      const int slot = static_cast<int>(index & 1);
+      if (index + 1 < pieces)
+        stageIn(index + 1);  // into the other slot, after its previous result copy
+      waitFor(inputCopied_[slot], "the input copy of a piece");
+      const Piece p = piece(args, nranks, index, perPiece);
+      runHost(hostArgs(p, slot));
+      copyOut(p, slot, stream);
+      totals.toDeviceBytes += args.kind == CollectiveKind::kAllGather ? p.bytes * blocks : p.bytes;
+      ++totals.pieces;
+    }
+  } catch (...) {
+    // Input copies already enqueued may still write the slots: the next call (or the
+    // destructor) orders itself after them.
+    try {
+      memory_->record(resultsCopied_, stream);
+    } catch (const Error&) {
+      // The stream is broken; the error being thrown says more.
+    }
+    throw;
+  }
+  memory_->record(resultsCopied_, stream);
+  return totals;
+}
+
+void DeviceStaging::synchronize(Stream stream) {
+  const int device = memory_->streamDevice(stream);
+  CurrentDevice current(*memory_, device);
+  useDevice(device);
+  memory_->record(synchronized_, stream);
+  waitFor(synchronized_, "the work enqueued before the collective");
+}
+
+}  // namespace gs::control
