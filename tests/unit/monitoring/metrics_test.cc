@@ -185,6 +185,30 @@ TEST(Metrics, ErrorsByKind) {
   EXPECT_EQ(findSample(fams, "gs_errors_total", {{"kind", "aborted"}})->value, 0);
 }
 
+TEST(Metrics, DeviceBufferStagingByPathAndDirection) {
+  Config cfg;
+  Metrics m(cfg, 0, 2, 0, "tcp");
+  auto fams = m.collect();
+  // Exported at zero before any device-buffer collective (dashboards and alerts see the series).
+  EXPECT_EQ(
+      findSample(fams, "gs_device_collectives_total", {{"path", "pinned_host_staging"}})->value, 0);
+  m.recordStaged(1000, 3000);
+  m.recordStaged(24, 0);
+  fams = m.collect();
+  EXPECT_EQ(
+      findSample(fams, "gs_device_collectives_total", {{"path", "pinned_host_staging"}})->value, 2);
+  EXPECT_EQ(
+      findSample(fams, "gs_device_staged_bytes_total", {{"direction", "device_to_host"}})->value,
+      1024);
+  EXPECT_EQ(
+      findSample(fams, "gs_device_staged_bytes_total", {{"direction", "host_to_device"}})->value,
+      3000);
+  const Snapshot snap = m.snapshot();
+  EXPECT_EQ(snap.stagedCollectives, 2u);
+  EXPECT_EQ(snap.stagedToHostBytes, 1024u);
+  EXPECT_EQ(snap.stagedToDeviceBytes, 3000u);
+}
+
 // Links served by shared memory next to tcp ones: each link's series name its own transport,
 // the communicator's series the combination.
 TEST(Metrics, LinkSeriesCarryTheirOwnTransport) {
@@ -223,14 +247,26 @@ TEST(Metrics, CollectHasEveryFamilyWithConstantLabels) {
                       {"rank", "x"}});
   m.setCompressionError(6, 0.02);
   auto fams = m.collect();
-  for (const char* name :
-       {"gs_bytes_logical_total", "gs_bytes_wire_total", "gs_chunks_total",
-        "gs_chunks_received_total", "gs_bytes_received_total", "gs_link_goodput_bytes_per_second",
-        "gs_chunk_latency_seconds", "gs_chunk_size_bytes", "gs_codec_rung",
-        "gs_credit_wait_seconds_total", "gs_last_progress_timestamp_seconds",
-        "gs_collective_algbw_bytes_per_second", "gs_collective_busbw_bytes_per_second",
-        "gs_collective_in_progress", "gs_errors_total", "gs_compression_error", "gs_transport_info",
-        "gs_communicator_ranks"}) {
+  for (const char* name : {"gs_bytes_logical_total",
+                           "gs_bytes_wire_total",
+                           "gs_chunks_total",
+                           "gs_chunks_received_total",
+                           "gs_bytes_received_total",
+                           "gs_link_goodput_bytes_per_second",
+                           "gs_chunk_latency_seconds",
+                           "gs_chunk_size_bytes",
+                           "gs_codec_rung",
+                           "gs_credit_wait_seconds_total",
+                           "gs_last_progress_timestamp_seconds",
+                           "gs_collective_algbw_bytes_per_second",
+                           "gs_collective_busbw_bytes_per_second",
+                           "gs_collective_in_progress",
+                           "gs_errors_total",
+                           "gs_compression_error",
+                           "gs_transport_info",
+                           "gs_communicator_ranks",
+                           "gs_device_collectives_total",
+                           "gs_device_staged_bytes_total"}) {
     const Family* f = findFamily(fams, name);
     ASSERT_NE(f, nullptr) << name;
     for (const auto& s : f->samples) {
