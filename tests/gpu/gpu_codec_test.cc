@@ -17,15 +17,10 @@
 #include "codecs/codec.h"
 #include "codecs/device_codec.h"
 #include "codecs/half.h"
+#include "gpu/cuda_assert.h"
 
 namespace gs::codecs {
 namespace {
-
-#define ASSERT_CUDA(expr)                                                  \
-  do {                                                                     \
-    const cudaError_t e_ = (expr);                                         \
-    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_); \
-  } while (0)
 
 constexpr uint8_t kSentinel = 0xa5;
 constexpr size_t kGuard = 256;  // poisoned bytes after every output

@@ -13,17 +13,12 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include "gpu/cuda_assert.h"
 #include "gradstream/gradstream.h"
 #include "unit/capi/rank_threads.h"
 
 namespace gs::testing {
 namespace {
-
-#define ASSERT_CUDA(expr)                                                  \
-  do {                                                                     \
-    const cudaError_t e_ = (expr);                                         \
-    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_); \
-  } while (0)
 
 const char* noDeviceReason() {
   int n = 0;

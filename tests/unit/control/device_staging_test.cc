@@ -120,8 +120,9 @@ TEST_F(FakeDeviceStaging, AllReduceOverManyPiecesInAndOutOfPlace) {
       comm.run(argsOf(CollectiveKind::kAllReduce, send, recv, count), s);
       results[r] = fromDevice(*fake_, recv, count, s);
       // Inputs of an out-of-place call stay as they were.
-      if (!inPlace)
+      if (!inPlace) {
         EXPECT_EQ(fromDevice(*fake_, send, count, s), in);
+      }
       const auto snap = comm.stats().snapshot;
       EXPECT_EQ(snap.stagedCollectives, 1u) << "one collective, however many pieces";
       EXPECT_EQ(snap.stagedToHostBytes, count * 4);
@@ -270,38 +271,38 @@ TEST_F(FakeDeviceStaging, HostBuffersWithAStreamWaitForItsProducers) {
   }));
 }
 
-// A stream op that holds its stream until released, or 10 s at most (tests never hang).
-std::function<void()> holdUntil(const std::atomic<bool>& release) {
-  return [&release] {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!release.load() && std::chrono::steady_clock::now() < end)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  };
-}
+// A stream held by an op that waits until released (10 s at most: tests never hang), and a
+// device buffer. Leaving the scope, also by an exception, releases and drains the stream and
+// frees the buffer.
+struct HeldStream {
+  FakeDeviceMemory& fake;
+  Stream stream = fake.createStream();
+  void* buffer = fake.allocDevice(4096);
+  std::atomic<bool> release{false};
+  explicit HeldStream(FakeDeviceMemory& f, bool hold = true) : fake(f) {
+    if (!hold)
+      return;
+    fake.enqueue(stream, [this] {
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!release.load() && std::chrono::steady_clock::now() < end)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+  }
+  ~HeldStream() {
+    release = true;
+    fake.synchronize(stream);
+    fake.freeDevice(buffer);
+  }
+};
 
 TEST_F(FakeDeviceStaging, AStreamThatNeverGetsThereTimesOutOnEveryRank) {
   constexpr int kRanks = 2;
   Options opt;
   opt.timeoutMs = 600;
-  std::atomic<bool> release{false};
   const auto start = std::chrono::steady_clock::now();
   auto errors = runRanks(kRanks, fake_, opt, [&](int r, Communicator& comm) {
-    Stream s = fake_->createStream();
-    void* buf = fake_->allocDevice(4096);
-    if (r == 0)
-      fake_->enqueue(s, holdUntil(release));  // a kernel still running at the timeout
-    struct Cleanup {
-      FakeDeviceMemory& fake;
-      Stream s;
-      void* p;
-      std::atomic<bool>& release;
-      ~Cleanup() {
-        release = true;
-        fake.synchronize(s);
-        fake.freeDevice(p);
-      }
-    } cleanup{*fake_, s, buf, release};
-    comm.run(argsOf(CollectiveKind::kAllReduce, buf, buf, 1024), s);
+    HeldStream held(*fake_, r == 0);  // rank 0: a kernel still running at the timeout
+    comm.run(argsOf(CollectiveKind::kAllReduce, held.buffer, held.buffer, 1024), held.stream);
   });
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -312,29 +313,13 @@ TEST_F(FakeDeviceStaging, AStreamThatNeverGetsThereTimesOutOnEveryRank) {
 }
 
 TEST_F(FakeDeviceStaging, AbortWhileWaitingForTheStreamReturns) {
-  std::atomic<bool> release{false};
   auto errors = runRanks(1, fake_, {}, [&](int, Communicator& comm) {
-    Stream s = fake_->createStream();
-    void* buf = fake_->allocDevice(4096);
-    fake_->enqueue(s, holdUntil(release));
-    std::thread aborter([&] {
+    HeldStream held(*fake_);
+    std::jthread aborter([&] {  // joined before held releases the stream
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       comm.abort();
     });
-    struct Cleanup {
-      FakeDeviceMemory& fake;
-      Stream s;
-      void* p;
-      std::atomic<bool>& release;
-      std::thread& aborter;
-      ~Cleanup() {
-        aborter.join();
-        release = true;
-        fake.synchronize(s);
-        fake.freeDevice(p);
-      }
-    } cleanup{*fake_, s, buf, release, aborter};
-    comm.run(argsOf(CollectiveKind::kAllReduce, buf, buf, 1024), s);
+    comm.run(argsOf(CollectiveKind::kAllReduce, held.buffer, held.buffer, 1024), held.stream);
   });
   EXPECT_NE(errors[0].find("aborted"), std::string::npos) << errors[0];
 }
