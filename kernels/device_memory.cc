@@ -70,8 +70,15 @@ class CudaDeviceMemory final : public codecs::DeviceMemory {
               Stream stream) override {
     if (width == 0 || rows == 0)
       return;
-    if (rows == 1) {
-      GS_CHECK_CUDA(cudaMemcpyAsync(dst, src, width, cudaMemcpyDefault, stream));
+    // One row, or pitches beyond what cudaMemcpy2D takes (cudaDevAttrMaxPitch, 2^31 - 1 on
+    // current GPUs; a reduce-scatter block over 2 GiB): a copy per row.
+    constexpr size_t kMaxPitch = (size_t{1} << 31) - 1;
+    if (rows == 1 || dstPitch > kMaxPitch || srcPitch > kMaxPitch) {
+      for (size_t r = 0; r < rows; ++r) {
+        GS_CHECK_CUDA(cudaMemcpyAsync(static_cast<uint8_t*>(dst) + r * dstPitch,
+                                      static_cast<const uint8_t*>(src) + r * srcPitch, width,
+                                      cudaMemcpyDefault, stream));
+      }
       return;
     }
     GS_CHECK_CUDA(
