@@ -13,7 +13,10 @@
 #include <unistd.h>
 
 #include <string>
+#include <utility>
 #include <vector>
+
+extern char** environ;
 
 namespace {
 
@@ -49,6 +52,24 @@ std::string randomHex() {
   return s;
 }
 
+// This process's environment with `set` replacing (or adding) those variables.
+std::vector<std::string> environmentWith(
+    const std::vector<std::pair<std::string, std::string>>& set) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    const std::string key = kv.substr(0, kv.find('='));
+    bool replaced = false;
+    for (const auto& [k, v] : set)
+      replaced = replaced || k == key;
+    if (!replaced)
+      env.push_back(kv);
+  }
+  for (const auto& [k, v] : set)
+    env.push_back(k + "=" + v);
+  return env;
+}
+
 double now() {
   timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -66,20 +87,28 @@ int launchLocalRanks(int nranks, char** argv, int timeoutSeconds) {
   const std::string secret = randomHex();
   std::vector<pid_t> pids;
   for (int r = 0; r < nranks; ++r) {
+    // Built before fork: the child only execs. This process may have threads by now (the CUDA
+    // driver's, after --device cuda's check), and after fork only async-signal-safe calls are
+    // safe in the child (fork(2), signal-safety(7)).
+    const std::vector<std::string> env = environmentWith({{"RANK", std::to_string(r)},
+                                                          {"WORLD_SIZE", std::to_string(nranks)},
+                                                          {"LOCAL_RANK", std::to_string(r)},
+                                                          {"MASTER_ADDR", "127.0.0.1"},
+                                                          {"MASTER_PORT", std::to_string(port)},
+                                                          {"GS_SECRET", secret}});
+    std::vector<char*> envp;
+    for (const std::string& kv : env)
+      envp.push_back(const_cast<char*>(kv.c_str()));
+    envp.push_back(nullptr);
     pid_t pid = fork();
     if (pid < 0) {
       perror("fork");
       break;
     }
     if (pid == 0) {
-      setenv("RANK", std::to_string(r).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(nranks).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
-      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      setenv("GS_SECRET", secret.c_str(), 1);
-      execv("/proc/self/exe", argv);
-      perror("execv");
+      execve("/proc/self/exe", argv, envp.data());
+      static const char kMsg[] = "gradstream-perf: execve of /proc/self/exe failed\n";
+      (void)!write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1);
       _exit(127);
     }
     pids.push_back(pid);

@@ -2,6 +2,8 @@
 //   gradstream-perf --ranks 4 -b 1M -e 256M -f 2 -n 20 -w 5 -c 1
 // With --ranks N it starts N local processes itself; without it, it joins the ranks a launcher
 // started (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, or Slurm / Open MPI variables).
+// --device cuda puts the buffers in CUDA device memory (perf/buffers.h): one loop and one check
+// for both kinds, with the device's copies outside the timed region.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,10 +12,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "gradstream/gradstream.h"
+#include "perf/buffers.h"
 #include "perf/check.h"
 #include "perf/launcher.h"
 
@@ -31,7 +36,14 @@ struct Options {
   int ranks = 0;
   bool inPlace = false;
   int timeoutSeconds = 900;
+  bool deviceBuffers = false;  // --device cuda
 };
+
+// Exit statuses; the launcher (--ranks) exits with the first non-zero one of its ranks.
+constexpr int kExitUsage = 2;
+constexpr int kExitCallFailed = 3;  // a gradstream or CUDA call failed
+constexpr int kExitWrong = 4;       // results out of bounds
+constexpr int kExitNoDevice = 5;    // --device cuda where CUDA cannot run
 
 [[noreturn]] void usage(const char* why) {
   if (why)
@@ -40,9 +52,15 @@ struct Options {
           "usage: gradstream-perf [--ranks N] [-b bytes] [-e bytes] [-f factor] [-n iters]\n"
           "       [-w warmup] [-c 0|1] [-d float32|float16|bfloat16|float64|int32|int64|uint8]\n"
           "       [-o sum|avg|min|max|prod] [--coll allreduce|reduce_scatter|allgather|broadcast]\n"
-          "       [-r root] [--inplace] [--timeout seconds]\n"
-          "Sizes take K/M/G suffixes. Transport and tuning come from GS_* variables.\n");
-  exit(2);
+          "       [-r root] [--inplace] [--timeout seconds] [--device host|cuda]\n"
+          "Sizes take K/M/G suffixes. Transport and tuning come from GS_* variables.\n"
+          "--device cuda: send/recv buffers in CUDA device memory (device LOCAL_RANK mod the\n"
+          "       device count), one stream per rank given to the collectives; each timed\n"
+          "       iteration includes the stream synchronization, so the time is until the result\n"
+          "       is in device memory. Filling and checking copy outside the timed region.\n"
+          "Exit status: 0 ok, 2 bad arguments, 3 a gradstream or CUDA call failed, 4 wrong\n"
+          "       results, 5 --device cuda where CUDA cannot run, 124 ranks over --timeout.\n");
+  exit(kExitUsage);
 }
 
 size_t parseSize(const char* s) {
@@ -142,7 +160,12 @@ Options parse(int argc, char** argv) {
       o.inPlace = true;
     else if (a == "--timeout")
       o.timeoutSeconds = atoi(next());
-    else if (a == "-h" || a == "--help")
+    else if (a == "--device") {
+      const std::string d = next();
+      if (d != "host" && d != "cuda")
+        usage("--device takes host or cuda");
+      o.deviceBuffers = d == "cuda";
+    } else if (a == "-h" || a == "--help")
       usage(nullptr);
     else
       usage(("unknown argument " + a).c_str());
@@ -162,7 +185,7 @@ Options parse(int argc, char** argv) {
     if (s_ != GS_OK) {                                                              \
       fprintf(stderr, "gradstream-perf: rank %d: %s failed: %s: %s\n", rank, #call, \
               gs_status_string(s_), gs_last_error());                               \
-      exit(3);                                                                      \
+      exit(kExitCallFailed);                                                        \
     }                                                                               \
   } while (0)
 
@@ -173,6 +196,7 @@ struct Bench {
   gs_comm_t comm;
   int nranks;
   size_t esize;
+  Buffers& buffers;  // host views of send/recv; see perf/buffers.h
 
   // Elements per rank-side buffer for a message of `bytes` (nccl-tests: size is the larger
   // buffer, i.e. the full vector for allreduce/broadcast and N blocks for the others).
@@ -183,15 +207,52 @@ struct Bench {
     return count;
   }
 
-  void runOnce(const void* send, void* recv, size_t count) {
+  // send and recv are host views. For device buffers the call returns with the result copies
+  // enqueued on the stream; buffers.synchronize() waits for them.
+  void runOnce(const uint8_t* sendView, uint8_t* recvView, size_t count) {
+    const void* send = buffers.forCollective(sendView);
+    void* recv = buffers.forCollective(recvView);
+    CUstream_st* stream = buffers.stream();
     if (o.coll == "allreduce")
-      GS_TRY(gs_allreduce(send, recv, count, o.dtype, o.op, comm, nullptr));
+      GS_TRY(gs_allreduce(send, recv, count, o.dtype, o.op, comm, stream));
     else if (o.coll == "reduce_scatter")
-      GS_TRY(gs_reduce_scatter(send, recv, count, o.dtype, o.op, comm, nullptr));
+      GS_TRY(gs_reduce_scatter(send, recv, count, o.dtype, o.op, comm, stream));
     else if (o.coll == "allgather")
-      GS_TRY(gs_allgather(send, recv, count, o.dtype, comm, nullptr));
+      GS_TRY(gs_allgather(send, recv, count, o.dtype, comm, stream));
     else
-      GS_TRY(gs_broadcast(send, recv, count, o.dtype, o.root, comm, nullptr));
+      GS_TRY(gs_broadcast(send, recv, count, o.dtype, o.root, comm, stream));
+  }
+
+  // One collective whose result has reached the host view: the fill is uploaded first and the
+  // checked range downloaded after (both nothing for host buffers).
+  void runChecked(uint8_t* send,
+                  size_t sendCount,
+                  uint8_t* recv,
+                  size_t count,
+                  uint8_t* checked,
+                  size_t checkedCount) {
+    buffers.upload(send, sendCount * esize);
+    runOnce(send, recv, count);
+    buffers.download(checked, checkedCount * esize);
+  }
+
+  // The "# buffers:" header line. For device buffers it names the path the library reports
+  // (gs_comm_stats_t.device_path), which is set once a collective on device memory ran: one
+  // int32 allreduce (never encoded) in place on the receive buffer runs first, on every rank.
+  std::string buffersLine() {
+    std::string line = buffers.describe();
+    if (!buffers.isDevice())
+      return line;
+    void* probe = buffers.forCollective(buffers.recv());
+    GS_TRY(gs_allreduce(probe, probe, 1, GS_INT32, GS_SUM, comm, buffers.stream()));
+    buffers.synchronize();
+    gs_comm_stats_t st;
+    memset(&st, 0, sizeof(st));
+    st.struct_size = sizeof(st);
+    GS_TRY(gs_comm_stats(comm, &st));
+    std::string path = st.device_path;
+    std::replace(path.begin(), path.end(), '_', ' ');
+    return line + " (" + (path.empty() ? "the library reported no device path" : path) + ")";
   }
 
   // Bookkeeping collectives use integers: a lossy GS_CODEC never applies to them (integer
@@ -222,19 +283,19 @@ struct Bench {
     uint8_t* send = o.inPlace ? inPlaceSend(sendBase, recv, count) : sendBase;
     if (o.coll == "allreduce") {
       fillContribution(send, o.dtype, op, rank, count, 0);
-      runOnce(send, recv, count);
+      runChecked(send, count, recv, count, recv, count);
       return countWrong(recv, o.dtype, count, 0, tol,
                         [&](size_t i) { return expectedReduction(o.dtype, op, nranks, i); });
     }
     if (o.coll == "reduce_scatter") {
       fillContribution(send, o.dtype, op, rank, count * nranks, 0);
-      runOnce(send, recv, count);
+      runChecked(send, count * nranks, recv, count, recv, count);
       return countWrong(recv, o.dtype, count, count * rank, tol,
                         [&](size_t i) { return expectedReduction(o.dtype, op, nranks, i); });
     }
     if (o.coll == "allgather") {
       fillContribution(send, o.dtype, GS_SUM, rank, count, 0);
-      runOnce(send, recv, count);
+      runChecked(send, count, recv, count, recv, count * nranks);
       size_t wrong = 0;
       for (int r = 0; r < nranks; ++r) {
         wrong += countWrong(recv + count * esize * r, o.dtype, count, 0, 0,
@@ -243,7 +304,7 @@ struct Bench {
       return wrong;
     }
     fillContribution(send, o.dtype, GS_SUM, rank, count, 0);
-    runOnce(send, recv, count);
+    runChecked(send, count, recv, count, recv, count);
     return countWrong(recv, o.dtype, count, 0, 0,
                       [&](size_t i) { return contribution(GS_SUM, o.root, i); });
   }
@@ -258,10 +319,6 @@ struct Bench {
   }
 
   void run() {
-    const size_t maxElems = o.maxBytes / esize + nranks;
-    // In place needs one buffer; out of place two (so peak memory compares with the peers).
-    std::vector<uint8_t> recvBuf(maxElems * esize + 64);
-    std::vector<uint8_t> sendBuf(o.inPlace ? 0 : maxElems * esize + 64);
     printf("# gradstream-perf: %s, %d ranks, dtype %s, op %s, %s, %d iterations after %d warm-up\n",
            o.coll.c_str(), nranks, dtypeName(o.dtype), opName(o.op),
            o.inPlace ? "in place" : "out of place", o.iters, o.warmup);
@@ -270,6 +327,7 @@ struct Bench {
     memset(&initial, 0, sizeof(initial));
     initial.struct_size = sizeof(initial);
     printf("# transport: %s\n", gs_comm_stats(comm, &initial) == GS_OK ? initial.transport : "?");
+    printf("# buffers: %s\n", buffersLine().c_str());
     printf(
         "# time is the median over iterations of the slowest rank, each iteration after a "
         "barrier\n");
@@ -282,12 +340,12 @@ struct Bench {
       const size_t sizeBytes = (o.coll == "reduce_scatter" || o.coll == "allgather")
                                    ? count * esize * nranks
                                    : count * esize;
-      uint8_t* send = sendBuf.data();
-      uint8_t* recv = recvBuf.data();
+      uint8_t* send = buffers.send();
+      uint8_t* recv = buffers.recv();
       if (o.inPlace && o.coll == "reduce_scatter") {
-        // In place: the N-block input is recvBuf; this rank's output is block `rank` of it.
-        send = recvBuf.data();
-        recv = recvBuf.data() + count * esize * rank;
+        // In place: the N-block input is the receive buffer; this rank's output is block `rank`.
+        send = buffers.recv();
+        recv = buffers.recv() + count * esize * rank;
       }
       int64_t wrong = 0;
       if (o.check) {
@@ -295,16 +353,18 @@ struct Bench {
                                          ? checkReduceScatterInPlace(send, count)
                                          : check(send, recv, count));
       }
-      const void* in = o.inPlace ? static_cast<const void*>(inPlaceSend(send, recv, count)) : send;
+      const uint8_t* in = o.inPlace ? inPlaceSend(send, recv, count) : send;
       if (o.inPlace && o.coll == "reduce_scatter")
         in = send;
       for (int i = 0; i < o.warmup; ++i)
         runOnce(in, recv, count);
+      buffers.synchronize();
       std::vector<double> times;
       for (int i = 0; i < o.iters; ++i) {
         barrier();
         auto t0 = std::chrono::steady_clock::now();
         runOnce(in, recv, count);
+        buffers.synchronize();  // end to end: the result is in recv (device memory included)
         auto t1 = std::chrono::steady_clock::now();
         times.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
       }
@@ -343,7 +403,7 @@ struct Bench {
              totalWrong == 0 ? "OK" : "FAILED");
     }
     if (totalWrong != 0)
-      exit(4);
+      exit(kExitWrong);
   }
 
   size_t checkReduceScatterInPlace(uint8_t* buf, size_t count) {
@@ -351,16 +411,35 @@ struct Bench {
     const double tol = op == GS_AVG ? (esize == 2 ? 1e-2 : 1e-6) : 0.0;
     fillContribution(buf, o.dtype, op, rank, count * nranks, 0);
     uint8_t* out = buf + count * esize * rank;
-    runOnce(buf, out, count);
+    runChecked(buf, count * nranks, out, count, out, count);
     return countWrong(out, o.dtype, count, count * rank, tol,
                       [&](size_t i) { return expectedReduction(o.dtype, op, nranks, i); });
   }
 };
 
+// This rank's index among the ranks on its host, as launchers set it (the --ranks launcher sets
+// LOCAL_RANK); the global rank where none is set.
+int localRank(int globalRank) {
+  for (const char* name : {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"}) {
+    const char* v = getenv(name);
+    if (v != nullptr && *v != '\0')
+      return atoi(v);
+  }
+  return globalRank;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o = parse(argc, argv);
+  // Refused before any rank starts (and again by each rank a launcher started), naming why.
+  if (o.deviceBuffers) {
+    const std::string why = cudaUnavailableReason();
+    if (!why.empty()) {
+      fprintf(stderr, "gradstream-perf: --device cuda cannot run: %s\n", why.c_str());
+      return kExitNoDevice;
+    }
+  }
   if (o.ranks > 0 && getenv("RANK") == nullptr)
     return launchLocalRanks(o.ranks, argv, o.timeoutSeconds);
 
@@ -376,8 +455,21 @@ int main(int argc, char** argv) {
     if (!freopen("/dev/null", "w", stdout))
       return 1;
   }
-  Bench b{o, comm, nranks, dtypeSize(o.dtype)};
-  b.run();
+  const size_t esize = dtypeSize(o.dtype);
+  const size_t maxElems = o.maxBytes / esize + nranks;
+  // In place needs one buffer; out of place two (so peak memory compares with the peers).
+  const size_t recvBytes = maxElems * esize + 64, sendBytes = o.inPlace ? 0 : recvBytes;
+  std::unique_ptr<Buffers> buffers;
+  try {
+    buffers = o.deviceBuffers ? makeCudaBuffers(localRank(rank), recvBytes, sendBytes)
+                              : makeHostBuffers(recvBytes, sendBytes);
+    Bench b{o, comm, nranks, esize, *buffers};
+    b.run();
+  } catch (const std::exception& e) {  // CUDA calls of the device buffers
+    fprintf(stderr, "gradstream-perf: rank %d: %s\n", rank, e.what());
+    exit(kExitCallFailed);
+  }
   GS_TRY(gs_comm_destroy(comm));
+  buffers.reset();  // after the communicator, whose last staging copies ran on their stream
   return 0;
 }
