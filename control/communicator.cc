@@ -357,7 +357,8 @@ void Communicator::runStaged(const stream::CollectiveArgs& args, CUstream_st* cu
       staging_->synchronize(cudaStream);  // host buffers: after the stream's producers
       return execute(args);
     }
-    if (metrics_->snapshot().stagedCollectives == 0) {
+    if (!stagingLogged_) {
+      stagingLogged_ = true;
       GS_LOG_INFO(
           "rank %d: CUDA device buffers (device %d) go through pinned host staging: 2 x %lld "
           "bytes, copies on the caller's stream, reduction on the host over %s%s",

@@ -151,6 +151,7 @@ class Communicator {
   std::shared_ptr<codecs::DeviceMemory> deviceMemory_;  // null: no CUDA here
   std::string deviceMemoryUnavailable_;                 // why, when null
   std::unique_ptr<DeviceStaging> staging_;              // first device-buffer call
+  bool stagingLogged_ = false;                          // the path's info line went out
   std::mutex execMutex_;  // one collective at a time; guards the links and engine
   mutable std::mutex stateMutex_;
   std::optional<Error> failure_;
