@@ -51,70 +51,91 @@ int collectiveDevice(codecs::DeviceMemory& memory, const stream::CollectiveArgs&
   return send >= 0 ? send : recv;
 }
 
-// One piece of a call: the same element range [offset, offset + count) of every block (one
-// block, or nranks blocks for reduce-scatter / allgather), staged densely in a slot.
-struct DeviceStaging::Piece {
-  stream::CollectiveArgs args;  // the call's
-  size_t offsetBytes = 0;       // of the range within a block
-  size_t bytes = 0;             // of the range
-  size_t blockBytes = 0;        // a block of the user's buffer (the pitch between ranges)
-  size_t blocks = 1;
-  size_t count = 0;  // elements of the range
+// Where a call's pieces lie. Piece k is the element range [k * perPiece, +count) of every
+// block of the user's buffers (one block, or nranks for reduce-scatter / allgather), staged
+// densely in slot k % 2: block b's range at b * bytes. The host collective runs in place on the
+// slot (NCCL's in-place layouts), so one slot serves both directions.
+struct DeviceStaging::Layout {
+  const stream::CollectiveArgs& args;
+  int rank;
+  size_t esize;
+  size_t blocks;
+  size_t perPiece;  // elements of a block's range in one piece
+  uint8_t* const* slots;
+
+  size_t pieces() const { return (args.count + perPiece - 1) / perPiece; }
+  size_t count(size_t index) const { return std::min(perPiece, args.count - index * perPiece); }
+  size_t bytes(size_t index) const { return count(index) * esize; }
+  size_t offsetBytes(size_t index) const { return index * perPiece * esize; }
+  size_t blockBytes() const { return args.count * esize; }  // the pitch between ranges
+  uint8_t* slot(size_t index) const { return slots[index & 1]; }
+  uint8_t* ownBlock(size_t index) const {
+    return slot(index) + static_cast<size_t>(rank) * bytes(index);
+  }
+
+  // The piece as the host engine runs it.
+  stream::CollectiveArgs hostArgs(size_t index) const {
+    stream::CollectiveArgs h = args;
+    h.count = count(index);
+    switch (args.kind) {
+      case CollectiveKind::kAllReduce:
+        h.send = h.recv = slot(index);
+        break;
+      case CollectiveKind::kBroadcast:
+        h.send = rank == args.root ? slot(index) : nullptr;
+        h.recv = slot(index);
+        break;
+      case CollectiveKind::kReduceScatter:  // in place: recv is this rank's block of send
+        h.send = slot(index);
+        h.recv = ownBlock(index);
+        break;
+      case CollectiveKind::kAllGather:  // in place: send is this rank's block of recv
+        h.send = ownBlock(index);
+        h.recv = slot(index);
+        break;
+    }
+    return h;
+  }
 };
 
-DeviceStaging::Piece DeviceStaging::piece(const stream::CollectiveArgs& args,
-                                          int nranks,
-                                          size_t index,
-                                          size_t perPiece) const {
-  const size_t esize = elementSize(args.dtype);
-  Piece p;
-  p.args = args;
-  p.blocks = isBlockwise(args.kind) ? static_cast<size_t>(nranks) : 1;
-  p.blockBytes = args.count * esize;
-  const size_t first = index * perPiece;
-  p.count = std::min(perPiece, args.count - first);
-  p.offsetBytes = first * esize;
-  p.bytes = p.count * esize;
-  return p;
-}
-
-void DeviceStaging::copyIn(const Piece& p, int slot, Stream stream) {
-  const auto* send = static_cast<const uint8_t*>(p.args.send);
-  uint8_t* dst = slots_[slot];
-  switch (p.args.kind) {
+size_t DeviceStaging::copyIn(const Layout& call, size_t index, Stream stream) {
+  const auto* send = static_cast<const uint8_t*>(call.args.send) + call.offsetBytes(index);
+  const size_t bytes = call.bytes(index);
+  switch (call.args.kind) {
     case CollectiveKind::kAllReduce:
-      memory_->copy2D(dst, p.bytes, send + p.offsetBytes, p.bytes, p.bytes, 1, stream);
-      break;
+      memory_->copy2D(call.slot(index), bytes, send, bytes, bytes, 1, stream);
+      return bytes;
     case CollectiveKind::kBroadcast:
-      if (rank_ == p.args.root)
-        memory_->copy2D(dst, p.bytes, send + p.offsetBytes, p.bytes, p.bytes, 1, stream);
-      break;
+      if (call.rank != call.args.root)
+        return 0;
+      memory_->copy2D(call.slot(index), bytes, send, bytes, bytes, 1, stream);
+      return bytes;
     case CollectiveKind::kReduceScatter:  // the range of every rank's block, gathered densely
-      memory_->copy2D(dst, p.bytes, send + p.offsetBytes, p.blockBytes, p.bytes, p.blocks, stream);
-      break;
+      memory_->copy2D(call.slot(index), bytes, send, call.blockBytes(), bytes, call.blocks, stream);
+      return bytes * call.blocks;
     case CollectiveKind::kAllGather:  // this rank's contribution into its block of the slot
-      memory_->copy2D(dst + static_cast<size_t>(rank_) * p.bytes, p.bytes, send + p.offsetBytes,
-                      p.bytes, p.bytes, 1, stream);
-      break;
+      memory_->copy2D(call.ownBlock(index), bytes, send, bytes, bytes, 1, stream);
+      return bytes;
   }
+  return 0;
 }
 
-void DeviceStaging::copyOut(const Piece& p, int slot, Stream stream) {
-  auto* recv = static_cast<uint8_t*>(p.args.recv);
-  const uint8_t* src = slots_[slot];
-  switch (p.args.kind) {
+size_t DeviceStaging::copyOut(const Layout& call, size_t index, Stream stream) {
+  auto* recv = static_cast<uint8_t*>(call.args.recv) + call.offsetBytes(index);
+  const size_t bytes = call.bytes(index);
+  switch (call.args.kind) {
     case CollectiveKind::kAllReduce:
     case CollectiveKind::kBroadcast:
-      memory_->copy2D(recv + p.offsetBytes, p.bytes, src, p.bytes, p.bytes, 1, stream);
-      break;
+      memory_->copy2D(recv, bytes, call.slot(index), bytes, bytes, 1, stream);
+      return bytes;
     case CollectiveKind::kReduceScatter:  // this rank's reduced block
-      memory_->copy2D(recv + p.offsetBytes, p.bytes, src + static_cast<size_t>(rank_) * p.bytes,
-                      p.bytes, p.bytes, 1, stream);
-      break;
+      memory_->copy2D(recv, bytes, call.ownBlock(index), bytes, bytes, 1, stream);
+      return bytes;
     case CollectiveKind::kAllGather:  // the range of every block, scattered back
-      memory_->copy2D(recv + p.offsetBytes, p.blockBytes, src, p.bytes, p.bytes, p.blocks, stream);
-      break;
+      memory_->copy2D(recv, call.blockBytes(), call.slot(index), bytes, bytes, call.blocks, stream);
+      return bytes * call.blocks;
   }
+  return 0;
 }
 
 DeviceStaging::DeviceStaging(std::shared_ptr<codecs::DeviceMemory> memory,
@@ -232,63 +253,29 @@ DeviceStaging::Totals DeviceStaging::run(const stream::CollectiveArgs& args,
            "cuda_stream belongs to CUDA device %d but the buffers are on device %d", streamDevice,
            device);
   useDevice(device);
-  rank_ = rank;
   const size_t esize = elementSize(args.dtype);
   const size_t blocks = isBlockwise(args.kind) ? static_cast<size_t>(nranks) : 1;
-  const size_t perPiece = std::max<size_t>(1, static_cast<size_t>(slotBytes_) / (esize * blocks));
-  const size_t pieces = (args.count + perPiece - 1) / perPiece;
-  reserveSlots(std::min(perPiece, args.count) * esize * blocks);
+  const Layout call{args,
+                    rank,
+                    esize,
+                    blocks,
+                    std::max<size_t>(1, static_cast<size_t>(slotBytes_) / (esize * blocks)),
+                    slots_};
+  reserveSlots(call.bytes(0) * blocks);
   // The slots are free on the device's timeline once the last call's result copies ran.
   memory_->streamWait(stream, resultsCopied_);
-
-  auto hostArgs = [&](const Piece& p, int slot) {
-    stream::CollectiveArgs h = args;
-    h.count = p.count;
-    uint8_t* base = slots_[slot];
-    uint8_t* own = base + static_cast<size_t>(rank) * p.bytes;
-    switch (args.kind) {
-      case CollectiveKind::kAllReduce:
-        h.send = base;
-        h.recv = base;
-        break;
-      case CollectiveKind::kBroadcast:
-        h.send = rank == args.root ? base : nullptr;
-        h.recv = base;
-        break;
-      case CollectiveKind::kReduceScatter:  // in place: recv is this rank's block of send
-        h.send = base;
-        h.recv = own;
-        break;
-      case CollectiveKind::kAllGather:  // in place: send is this rank's block of recv
-        h.send = own;
-        h.recv = base;
-        break;
-    }
-    return h;
-  };
-  const bool hasInput = args.kind != CollectiveKind::kBroadcast || rank == args.root;
   auto stageIn = [&](size_t index) {
-    const Piece p = piece(args, nranks, index, perPiece);
-    const int slot = static_cast<int>(index & 1);
-    copyIn(p, slot, stream);
-    memory_->record(inputCopied_[slot], stream);
-    if (hasInput)
-      totals.toHostBytes +=
-          args.kind == CollectiveKind::kReduceScatter ? p.bytes * blocks : p.bytes;
+    totals.toHostBytes += copyIn(call, index, stream);
+    memory_->record(inputCopied_[index & 1], stream);
   };
-
   try {
     stageIn(0);
-    for (size_t index = 0; index < pieces; ++index) {
-      const int slot = static_cast<int>(index & 1);
-      if (index + 1 < pieces)
+    for (size_t index = 0; index < call.pieces(); ++index) {
+      if (index + 1 < call.pieces())
         stageIn(index + 1);  // into the other slot, after its previous result copy
-      waitFor(inputCopied_[slot], "the input copy of a piece");
-      const Piece p = piece(args, nranks, index, perPiece);
-      runHost(hostArgs(p, slot));
-      copyOut(p, slot, stream);
-      totals.toDeviceBytes += args.kind == CollectiveKind::kAllGather ? p.bytes * blocks : p.bytes;
-      ++totals.pieces;
+      waitFor(inputCopied_[index & 1], "the input copy of a piece");
+      runHost(call.hostArgs(index));
+      totals.toDeviceBytes += copyOut(call, index, stream);
     }
   } catch (...) {
     // Input copies already enqueued may still write the slots: the next call (or the

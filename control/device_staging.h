@@ -48,12 +48,9 @@ class DeviceStaging {
   DeviceStaging(const DeviceStaging&) = delete;
   DeviceStaging& operator=(const DeviceStaging&) = delete;
 
-  codecs::DeviceMemory& memory() { return *memory_; }
-
   struct Totals {
     uint64_t toHostBytes = 0;
     uint64_t toDeviceBytes = 0;
-    uint64_t pieces = 0;
   };
   /// Runs args (buffers on `device`, see collectiveDevice) for this rank of nranks. args.residual
   /// must be null (error feedback keeps host state). Throws what runHost throws, or kTimeout /
@@ -70,10 +67,11 @@ class DeviceStaging {
   void synchronize(Stream stream);
 
  private:
-  struct Piece;
-  Piece piece(const stream::CollectiveArgs& args, int nranks, size_t index, size_t perPiece) const;
-  void copyIn(const Piece& p, int slot, Stream stream);
-  void copyOut(const Piece& p, int slot, Stream stream);
+  struct Layout;
+  /// Enqueue piece `index`'s input copy into slot index % 2 and its result copy out of it;
+  /// return the bytes copied.
+  size_t copyIn(const Layout& call, size_t index, Stream stream);
+  size_t copyOut(const Layout& call, size_t index, Stream stream);
   void reserveSlots(size_t bytes);
   /// Events live on one device: (re)creates them when a call uses another one.
   void useDevice(int device);
@@ -91,7 +89,6 @@ class DeviceStaging {
   codecs::DeviceMemory::Event* resultsCopied_ = nullptr;  // after the last call's result copies
   codecs::DeviceMemory::Event* synchronized_ = nullptr;   // synchronize()'s marker
   int eventsDevice_ = -1;  // device the events were created on; -1: none
-  int rank_ = 0;           // of the call in progress (Piece layout)
 };
 
 }  // namespace gs::control
