@@ -188,12 +188,12 @@ typedef struct {
   double last_seconds; /**< duration of the last collective */
   double last_algbw;   /**< its algbw and busbw in bytes/s (nccl-tests conventions) */
   double last_busbw;
-  char metrics_address[64]; /**< "host:port" of the Prometheus exporter, "" when off */
-  char last_algorithm[32];  /**< schedule of the last collective: "ring", "tree", ... */
-  char transport[32];       /**< what carries this rank's links: "tcp", "verbs", "loopback",
-                                 "shm" (all same-host peers), "shm+tcp" / "shm+verbs" (both) */
-  char device_path[32];     /**< how CUDA device buffers travel: "pinned_host_staging" once a
-                                 collective on device buffers ran, "" before */
+  char metrics_address[64];    /**< "host:port" of the Prometheus exporter, "" when off */
+  char last_algorithm[32];     /**< schedule of the last collective: "ring", "tree", ... */
+  char transport[32];          /**< what carries this rank's links: "tcp", "verbs", "loopback",
+                                    "shm" (all same-host peers), "shm+tcp" / "shm+verbs" (both) */
+  char device_path[32];        /**< how CUDA device buffers travel: "pinned_host_staging" once a
+                                    collective on device buffers ran, "" before */
   uint64_t staged_collectives; /**< collectives on device buffers, and the bytes they copied */
   uint64_t staged_to_host_bytes;
   uint64_t staged_to_device_bytes;
