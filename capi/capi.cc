@@ -7,7 +7,6 @@
 #include <new>
 #include <string>
 
-#include "codecs/device_codec.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -196,16 +195,6 @@ void checkNoStream(struct CUstream_st* stream, const char* call) {
            "%s: cuda_stream must be NULL (non-blocking calls take host buffers; for device "
            "buffers use the blocking call with the stream)",
            call);
-}
-
-// Gradient streams reduce host buffers only.
-void checkHostBuffer(const void* p, const char* name) {
-  if (p == nullptr)
-    return;
-  const gs::codecs::BufferLocation where = gs::codecs::locateBuffer(p);
-  GS_CHECK(where != gs::codecs::BufferLocation::kDevice, Errc::kUnsupported,
-           "%s is CUDA device memory: in this version the collectives take host buffers only",
-           name);
 }
 
 // Reduce-scatter (the send buffer holds N blocks) and allgather (the recv buffer does): NULL
@@ -603,7 +592,9 @@ gs_status_t gs_stream_open(gs_comm_t comm,
     auto& c = communicator(comm);
     GS_ARG(out_stream != nullptr, "out_stream is NULL");
     GS_ARG(count == 0 || buffer != nullptr, "buffer is NULL");
-    checkHostBuffer(buffer, "buffer");
+    GS_CHECK(c.bufferDevice(buffer) < 0, Errc::kUnsupported,
+             "buffer is CUDA device memory: gradient streams take host buffers only (device "
+             "buffers: gs_allreduce with a cuda_stream)");
     bytesOf(count, dtype, 1, "count");
     gs::control::GradientStreamConfig cfg;
     if (config != nullptr) {

@@ -341,6 +341,11 @@ codecs::DeviceMemory* Communicator::deviceMemory() {
   return deviceMemory_.get();
 }
 
+int Communicator::bufferDevice(const void* p) {
+  codecs::DeviceMemory* memory = deviceMemory();
+  return memory != nullptr ? memory->deviceOf(p) : -1;
+}
+
 void Communicator::runStaged(const stream::CollectiveArgs& args, CUstream_st* cudaStream) {
   codecs::DeviceMemory* memory = deviceMemory();
   const int device = memory != nullptr ? collectiveDevice(*memory, args) : -1;

@@ -86,6 +86,9 @@ class Communicator {
   /// device buffer otherwise: stream order cannot be kept from another thread).
   std::shared_ptr<Request> submit(const stream::CollectiveArgs& args);
 
+  /// The CUDA device holding p, or -1 for host-readable memory (always -1 without CUDA).
+  int bufferDevice(const void* p);
+
   /// Where device buffers are recognized and copied: the CUDA runtime unless set (tests set a
   /// host-memory fake). Set before the first collective.
   void setDeviceMemory(std::shared_ptr<codecs::DeviceMemory> memory);

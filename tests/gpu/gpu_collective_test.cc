@@ -168,7 +168,7 @@ TEST_P(GpuCollective, InputsWrittenLaterOnTheStreamAreWhatIsReduced) {
   });
 }
 
-TEST_P(GpuCollective, HostBuffersWithAStreamAndNonBlockingRefusal) {
+TEST_P(GpuCollective, HostBuffersWithAStreamAndRefusalsOfDeviceBuffers) {
   constexpr int kRanks = 2;
   const size_t count = 4096;
   runRanks(kRanks, options(), [&](int r, gs_comm_t comm) {
@@ -195,6 +195,12 @@ TEST_P(GpuCollective, HostBuffersWithAStreamAndNonBlockingRefusal) {
     EXPECT_EQ(gs_iallreduce(src.p, src.p, count, GS_FLOAT32, GS_SUM, comm, nullptr, &req),
               GS_ERR_UNSUPPORTED);
     EXPECT_NE(std::string(gs_last_error()).find("host buffers only"), std::string::npos)
+        << gs_last_error();
+    gs_stream_t gstream = nullptr;
+    EXPECT_EQ(gs_stream_open(comm, src.p, count, GS_FLOAT32, GS_SUM, nullptr, &gstream),
+              GS_ERR_UNSUPPORTED);
+    EXPECT_NE(std::string(gs_last_error()).find("gradient streams take host buffers"),
+              std::string::npos)
         << gs_last_error();
     cudaFreeHost(pinned);
     cudaStreamDestroy(s);
