@@ -132,6 +132,7 @@ TEST_F(FakeDeviceStaging, AllReduceOverManyPiecesInAndOutOfPlace) {
       if (!inPlace)
         fake_->freeDevice(recv);
     }));
+    EXPECT_EQ(fake_->pinnedBytes(), 0u) << "the communicators freed their staging slots";
     for (int r = 0; r < kRanks; ++r) {
       ASSERT_EQ(results[r].size(), count);
       for (size_t i = 0; i < count; ++i) {

@@ -32,7 +32,7 @@ namespace gs::testing {
 
 class FakeDeviceMemory final : public codecs::DeviceMemory {
  public:
-  FakeDeviceMemory() { defaultStream_ = std::make_unique<Worker>(this, 0); }
+  FakeDeviceMemory() { defaultStream_ = std::make_unique<Worker>(0); }
   ~FakeDeviceMemory() override {
     std::lock_guard<std::mutex> lock(mu_);
     streams_.clear();  // joins the workers
@@ -57,7 +57,7 @@ class FakeDeviceMemory final : public codecs::DeviceMemory {
   /// A stream of its own worker (delete with the fake).
   Stream createStream() {
     std::lock_guard<std::mutex> lock(mu_);
-    streams_.push_back(std::make_unique<Worker>(this, static_cast<int>(streams_.size()) + 1));
+    streams_.push_back(std::make_unique<Worker>(static_cast<int>(streams_.size()) + 1));
     return reinterpret_cast<Stream>(streams_.back().get());
   }
   /// Runs fn on the stream's worker in order (a "kernel" writing a buffer, a blocked stream).
@@ -79,7 +79,6 @@ class FakeDeviceMemory final : public codecs::DeviceMemory {
   }
   size_t maxPinnedBytes() const { return maxPinned_.load(); }
   size_t pinnedBytes() const { return pinned_.load(); }
-  int copies() const { return copies_.load(); }
 
   // ---- DeviceMemory ----------------------------------------------------------------------
   int deviceOf(const void* p) override {
@@ -125,7 +124,6 @@ class FakeDeviceMemory final : public codecs::DeviceMemory {
       return;
     checkRange(dst, (rows - 1) * dstPitch + width, "copy destination");
     checkRange(src, (rows - 1) * srcPitch + width, "copy source");
-    ++copies_;
     auto* d = static_cast<uint8_t*>(dst);
     const auto* s = static_cast<const uint8_t*>(src);
     worker(stream).push([=] {
@@ -163,9 +161,7 @@ class FakeDeviceMemory final : public codecs::DeviceMemory {
   // A stream: ops run in order on one thread, each after a random delay of up to 300 us.
   class Worker {
    public:
-    Worker(FakeDeviceMemory* owner, int seed) : rng_(seed), thread_([this] { loop(); }) {
-      (void)owner;
-    }
+    explicit Worker(int seed) : rng_(seed), thread_([this] { loop(); }) {}
     ~Worker() {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -234,7 +230,6 @@ class FakeDeviceMemory final : public codecs::DeviceMemory {
   std::unique_ptr<Worker> defaultStream_;
   std::vector<std::string> errors_;
   std::atomic<size_t> pinned_{0}, maxPinned_{0};
-  std::atomic<int> copies_{0};
   std::atomic<int> current_{0};
 };
 
