@@ -188,15 +188,6 @@ void checkOverlap(const void* send,
          inPlaceSend);
 }
 
-// Non-blocking calls run on the progress thread, which cannot keep a CUDA stream's order: they
-// take host buffers and no stream (the communicator refuses device buffers by name).
-void checkNoStream(struct CUstream_st* stream, const char* call) {
-  GS_CHECK(stream == nullptr, Errc::kUnsupported,
-           "%s: cuda_stream must be NULL (non-blocking calls take host buffers; for device "
-           "buffers use the blocking call with the stream)",
-           call);
-}
-
 // Reduce-scatter (the send buffer holds N blocks) and allgather (the recv buffer does): NULL
 // checks, size overflow, and overlap other than NCCL's in-place layout (block `rank`).
 void checkBlockBuffers(const gs::control::Communicator& c,
@@ -508,12 +499,11 @@ gs_status_t gs_iallreduce(const void* sendbuff,
   return guard([&] {
     GS_ARG(out_request != nullptr, "out_request is NULL");
     checkTypes(dtype, op);
-    checkNoStream(cuda_stream, "gs_iallreduce");
     auto args = allreduceArgs(sendbuff, recvbuff, count, dtype, op, comm);
     auto handle = std::make_unique<gs_request_s>();
     handle->timeoutMs = communicator(comm).config().timeoutMs;
     if (count > 0) {
-      handle->request = communicator(comm).submit(args);
+      handle->request = communicator(comm).submit(args, cuda_stream);
     } else {
       handle->request = std::make_shared<gs::control::Request>(args);
       handle->request->complete(Errc::kOk, "");
@@ -577,6 +567,7 @@ gs_status_t gs_stream_config_init(gs_stream_config_t* config) {
     config->bucket_bytes = -1;
     config->error_feedback = 0;
     config->codec = nullptr;
+    config->cuda_stream = nullptr;
   });
 }
 
@@ -592,9 +583,6 @@ gs_status_t gs_stream_open(gs_comm_t comm,
     auto& c = communicator(comm);
     GS_ARG(out_stream != nullptr, "out_stream is NULL");
     GS_ARG(count == 0 || buffer != nullptr, "buffer is NULL");
-    GS_CHECK(c.bufferDevice(buffer) < 0, Errc::kUnsupported,
-             "buffer is CUDA device memory: gradient streams take host buffers only (device "
-             "buffers: gs_allreduce with a cuda_stream)");
     bytesOf(count, dtype, 1, "count");
     gs::control::GradientStreamConfig cfg;
     if (config != nullptr) {
@@ -606,6 +594,8 @@ gs_status_t gs_stream_open(gs_comm_t comm,
       cfg.errorFeedback = config->error_feedback != 0;
       if (config->codec != nullptr)
         cfg.codec = config->codec;
+      if (config->struct_size >= offsetof(gs_stream_config_t, cuda_stream) + sizeof(void*))
+        cfg.cudaStream = config->cuda_stream;
     }
     auto handle = std::make_unique<gs_stream_s>();
     handle->timeoutMs = c.config().timeoutMs;

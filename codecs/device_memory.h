@@ -36,6 +36,11 @@ class DeviceMemory {
   /// the device that was current before.
   virtual int setDevice(int device) = 0;
 
+  /// A stream of the current device that does not wait for the legacy default stream (the
+  /// library's own: copies of requests the progress thread runs). Throws gs::Error.
+  virtual Stream createStream() = 0;
+  virtual void destroyStream(Stream stream) noexcept = 0;
+
   /// Page-locked host memory the device copies to and from at full speed. Throws kNoMemory
   /// naming the size.
   virtual void* allocPinned(size_t bytes) = 0;

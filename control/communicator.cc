@@ -283,8 +283,9 @@ void Communicator::execute(const stream::CollectiveArgs& args, bool record) {
   checkUsable();
   try {
     stream::CollectiveArgs withCodec = args;
-    // Integer buffers (and any dtype the codec cannot take) travel raw, exactly.
-    if (codec_ && codec_->supports(args.dtype))
+    // Integer buffers (and any dtype the codec cannot take) travel raw, exactly. A codec of the
+    // call's own (a gradient stream's) stands.
+    if (withCodec.codec == nullptr && codec_ && codec_->supports(args.dtype))
       withCodec.codec = codec_.get();
     // codec=auto: floating-point buffers with no codec of their own follow the controller.
     withCodec.adaptive = controller_ != nullptr && withCodec.codec == nullptr &&
@@ -346,10 +347,12 @@ int Communicator::bufferDevice(const void* p) {
   return memory != nullptr ? memory->deviceOf(p) : -1;
 }
 
-void Communicator::runStaged(const stream::CollectiveArgs& args, CUstream_st* cudaStream) {
+void Communicator::runStaged(const stream::CollectiveArgs& args,
+                             CUstream_st* cudaStream,
+                             const StreamMark* issued) {
   codecs::DeviceMemory* memory = deviceMemory();
   const int device = memory != nullptr ? collectiveDevice(*memory, args) : -1;
-  if (device < 0 && cudaStream == nullptr)
+  if (device < 0 && cudaStream == nullptr && issued == nullptr)
     return execute(args);
   GS_CHECK(memory != nullptr, Errc::kUnsupported, "cuda_stream is not NULL, but %s",
            deviceMemoryUnavailable_.c_str());
@@ -359,22 +362,28 @@ void Communicator::runStaged(const stream::CollectiveArgs& args, CUstream_st* cu
   }
   try {
     if (device < 0) {
-      staging_->synchronize(cudaStream);  // host buffers: after the stream's producers
+      // Host buffers: after the stream's producers.
+      if (issued != nullptr)
+        staging_->waitFor(*issued);
+      else
+        staging_->synchronize(cudaStream);
       return execute(args);
     }
     if (!stagingLogged_) {
       stagingLogged_ = true;
       GS_LOG_INFO(
           "rank %d: CUDA device buffers (device %d) go through pinned host staging: 2 x %lld "
-          "bytes, copies on the caller's stream, reduction on the host over %s%s",
-          rank_, device, static_cast<long long>(config_.stagingBytes), transportName_.c_str(),
+          "bytes, copies on %s stream, reduction on the host over %s%s",
+          rank_, device, static_cast<long long>(config_.stagingBytes),
+          issued != nullptr ? "the communicator's own" : "the caller's", transportName_.c_str(),
           networkTransport_ == "verbs" ? " (the NIC does not touch GPU memory in this version)"
                                        : "");
     }
     const auto start = Clock::now();
+    auto runHost = [&](const stream::CollectiveArgs& piece) { execute(piece, false); };
     const DeviceStaging::Totals totals =
-        staging_->run(args, rank_, nranks_, device, cudaStream,
-                      [&](const stream::CollectiveArgs& piece) { execute(piece, false); });
+        issued != nullptr ? staging_->runIssued(args, rank_, nranks_, *issued, runHost)
+                          : staging_->run(args, rank_, nranks_, device, cudaStream, runHost);
     metrics_->recordStaged(totals.toHostBytes, totals.toDeviceBytes);
     recordCollective(args, std::chrono::duration<double>(Clock::now() - start).count());
   } catch (const Error& e) {
@@ -507,14 +516,18 @@ void Communicator::run(const stream::CollectiveArgs& args, CUstream_st* cudaStre
   runStaged(args, cudaStream);
 }
 
-std::shared_ptr<Request> Communicator::submit(const stream::CollectiveArgs& args) {
+std::shared_ptr<Request> Communicator::submit(const stream::CollectiveArgs& args,
+                                              CUstream_st* cudaStream) {
   checkUsable();
-  if (codecs::DeviceMemory* memory = deviceMemory()) {
-    GS_CHECK(collectiveDevice(*memory, args) < 0, Errc::kUnsupported,
-             "non-blocking collectives take host buffers only (a CUDA device buffer was given): "
-             "use the blocking call with a cuda_stream, which keeps stream order");
+  std::unique_ptr<StreamMark> issued;
+  codecs::DeviceMemory* memory = deviceMemory();
+  const int device = memory != nullptr ? collectiveDevice(*memory, args) : -1;
+  if (device >= 0 || cudaStream != nullptr) {
+    GS_CHECK(memory != nullptr, Errc::kUnsupported, "cuda_stream is not NULL, but %s",
+             deviceMemoryUnavailable_.c_str());
+    issued = std::make_unique<StreamMark>(deviceMemory_, cudaStream, device);
   }
-  auto request = std::make_shared<Request>(args);
+  auto request = std::make_shared<Request>(args, std::move(issued));
   {
     std::lock_guard<std::mutex> lock(queueMutex_);
     if (!worker_.joinable())
@@ -537,7 +550,10 @@ void Communicator::progressLoop() {
     workerBusy_ = true;
     lock.unlock();
     try {
-      execute(request->args());
+      if (request->issued() != nullptr)
+        runStaged(request->args(), nullptr, request->issued());
+      else
+        execute(request->args());
       request->complete(Errc::kOk, "");
     } catch (const Error& e) {
       request->complete(e.code(), e.what());

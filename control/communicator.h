@@ -30,8 +30,11 @@ namespace gs::control {
 /// communicator's progress thread; thread-safe.
 class Request {
  public:
-  explicit Request(stream::CollectiveArgs args) : args_(args) {}
+  /// issued: where the caller's CUDA stream stood when the call was made (null: no stream).
+  explicit Request(stream::CollectiveArgs args, std::unique_ptr<StreamMark> issued = nullptr)
+      : args_(args), issued_(std::move(issued)) {}
   const stream::CollectiveArgs& args() const { return args_; }
+  const StreamMark* issued() const { return issued_.get(); }
 
   void complete(Errc code, std::string message);
   bool done() const;
@@ -42,6 +45,7 @@ class Request {
 
  private:
   stream::CollectiveArgs args_;
+  std::unique_ptr<StreamMark> issued_;
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
   bool done_ = false;
@@ -82,9 +86,13 @@ class Communicator {
   /// enqueued on cudaStream, null meaning the legacy default stream). Host buffers with a
   /// non-null cudaStream first wait for the work enqueued on that stream.
   void run(const stream::CollectiveArgs& args, CUstream_st* cudaStream = nullptr);
-  /// Queues a collective for the progress thread. Host buffers only (kUnsupported naming the
-  /// device buffer otherwise: stream order cannot be kept from another thread).
-  std::shared_ptr<Request> submit(const stream::CollectiveArgs& args);
+  /// Queues a collective for the progress thread. CUDA: with device buffers or a non-null
+  /// cudaStream, the collective sees what the stream's work enqueued before this call wrote
+  /// (an event recorded now), its copies run on the communicator's own stream, and the request
+  /// completes once the results are in the buffers. args.residual (error feedback): see
+  /// DeviceStaging.
+  std::shared_ptr<Request> submit(const stream::CollectiveArgs& args,
+                                  CUstream_st* cudaStream = nullptr);
 
   /// The CUDA device holding p, or -1 for host-readable memory (always -1 without CUDA).
   int bufferDevice(const void* p);
@@ -113,7 +121,11 @@ class Communicator {
   /// Holds execMutex_. record: count it as one collective in the metrics and stats (pieces of
   /// a staged call are counted once, by runStaged).
   void execute(const stream::CollectiveArgs& args, bool record = true);
-  void runStaged(const stream::CollectiveArgs& args, CUstream_st* cudaStream);
+  /// Blocking calls (cudaStream, issued null) and requests of the progress thread (issued: where
+  /// the caller's stream stood, null without a stream).
+  void runStaged(const stream::CollectiveArgs& args,
+                 CUstream_st* cudaStream,
+                 const StreamMark* issued = nullptr);
   /// The CUDA runtime (or the fake), null where none can run; reason() then says why.
   codecs::DeviceMemory* deviceMemory();
   void fail(const Error& e);  // marks the communicator broken by e

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
+#include "codecs/codec.h"
 #include "common/clock.h"
 #include "common/error.h"
 
@@ -16,30 +18,41 @@ bool isBlockwise(CollectiveKind kind) {
   return kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllGather;
 }
 
-// Restores the caller's current device when a call leaves (the library should not change it).
-class CurrentDevice {
- public:
-  CurrentDevice(codecs::DeviceMemory& memory, int device)
-      : memory_(memory), previous_(memory.setDevice(device)), device_(device) {}
-  ~CurrentDevice() {
-    if (previous_ != device_) {
-      try {
-        memory_.setDevice(previous_);
-      } catch (const Error&) {
-        // The device reports the failure again on the caller's next call.
-      }
+}  // namespace
+
+CurrentDevice::CurrentDevice(codecs::DeviceMemory& memory, int device)
+    : memory_(memory), previous_(memory.setDevice(device)), device_(device) {}
+
+CurrentDevice::~CurrentDevice() {
+  if (previous_ != device_) {
+    try {
+      memory_.setDevice(previous_);
+    } catch (const Error&) {
+      // The device reports the failure again on the caller's next call.
     }
   }
-  CurrentDevice(const CurrentDevice&) = delete;
-  CurrentDevice& operator=(const CurrentDevice&) = delete;
+}
 
- private:
-  codecs::DeviceMemory& memory_;
-  int previous_;
-  int device_;
-};
+StreamMark::StreamMark(std::shared_ptr<codecs::DeviceMemory> memory,
+                       codecs::DeviceMemory::Stream stream,
+                       int bufferDevice)
+    : memory_(std::move(memory)), device_(memory_->streamDevice(stream)) {
+  GS_CHECK(bufferDevice < 0 || bufferDevice == device_, Errc::kInvalidArgument,
+           "cuda_stream belongs to CUDA device %d but the buffers are on device %d", device_,
+           bufferDevice);
+  CurrentDevice current(*memory_, device_);
+  event_ = memory_->createEvent();
+  try {
+    memory_->record(event_, stream);
+  } catch (...) {
+    memory_->destroyEvent(event_);
+    throw;
+  }
+}
 
-}  // namespace
+StreamMark::~StreamMark() {
+  memory_->destroyEvent(event_);
+}
 
 int collectiveDevice(codecs::DeviceMemory& memory, const stream::CollectiveArgs& args) {
   const int send = memory.deviceOf(args.send);
@@ -160,6 +173,7 @@ DeviceStaging::~DeviceStaging() {
   }
   for (auto*& s : slots_)
     memory_->freePinned(s);
+  memory_->destroyStream(sideStream_);
 }
 
 void DeviceStaging::useDevice(int device) {
@@ -194,6 +208,26 @@ void DeviceStaging::destroyEvents() noexcept {
     *e = nullptr;
   }
   eventsDevice_ = -1;
+}
+
+DeviceStaging::Stream DeviceStaging::sideStream(int device) {
+  if (sideStreamDevice_ != device) {
+    // useDevice() waited for the old device's last copies before it moved the events.
+    memory_->destroyStream(sideStream_);
+    sideStream_ = nullptr;
+    sideStreamDevice_ = -1;
+    sideStream_ = memory_->createStream();
+    sideStreamDevice_ = device;
+  }
+  return sideStream_;
+}
+
+void DeviceStaging::applyResidual(const Layout& call, size_t index, stream::CollectiveArgs& piece) {
+  const size_t rsize = codecs::residualElementSize(call.args.dtype);
+  auto* share = static_cast<uint8_t*>(call.args.residual) + index * call.perPiece * rsize;
+  codecs::applyResidual(call.args.dtype, call.slot(index), share, call.count(index));
+  memset(share, 0, call.count(index) * rsize);
+  piece.residual = share;
 }
 
 void DeviceStaging::reserveSlots(size_t bytes) {
@@ -242,8 +276,8 @@ DeviceStaging::Totals DeviceStaging::run(const stream::CollectiveArgs& args,
                                          int device,
                                          Stream stream,
                                          const RunHost& runHost) {
-  GS_CHECK(args.residual == nullptr, Errc::kUnsupported,
-           "error feedback on device buffers: the residual lives in host memory");
+  GS_CHECK(args.residual == nullptr || args.kind == CollectiveKind::kAllReduce,
+           Errc::kInvalidArgument, "error feedback (a residual) is for allreduce only");
   Totals totals;
   if (args.count == 0)
     return totals;
@@ -274,7 +308,10 @@ DeviceStaging::Totals DeviceStaging::run(const stream::CollectiveArgs& args,
       if (index + 1 < call.pieces())
         stageIn(index + 1);  // into the other slot, after its previous result copy
       waitFor(inputCopied_[index & 1], "the input copy of a piece");
-      runHost(call.hostArgs(index));
+      stream::CollectiveArgs piece = call.hostArgs(index);
+      if (args.residual != nullptr)
+        applyResidual(call, index, piece);
+      runHost(piece);
       totals.toDeviceBytes += copyOut(call, index, stream);
     }
   } catch (...) {
@@ -289,6 +326,25 @@ DeviceStaging::Totals DeviceStaging::run(const stream::CollectiveArgs& args,
   }
   memory_->record(resultsCopied_, stream);
   return totals;
+}
+
+DeviceStaging::Totals DeviceStaging::runIssued(const stream::CollectiveArgs& args,
+                                               int rank,
+                                               int nranks,
+                                               const StreamMark& issued,
+                                               const RunHost& runHost) {
+  const int device = issued.device();
+  CurrentDevice current(*memory_, device);
+  useDevice(device);
+  const Stream side = sideStream(device);
+  memory_->streamWait(side, issued.event());
+  const Totals totals = run(args, rank, nranks, device, side, runHost);
+  waitFor(resultsCopied_, "the result copies");
+  return totals;
+}
+
+void DeviceStaging::waitFor(const StreamMark& issued) {
+  waitFor(issued.event(), "the work enqueued before the collective");
 }
 
 void DeviceStaging::synchronize(Stream stream) {

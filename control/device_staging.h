@@ -16,6 +16,14 @@
 // waiting for them: work the caller enqueues later on that stream sees the result, the host
 // does not. A later call orders its first copy after them on its own stream (an event), so the
 // slots are never overwritten early whichever stream it uses.
+//
+// Non-blocking calls (requests, gradient-stream buckets) run later on the progress thread, where
+// the caller's stream has moved on: the call records a StreamMark on the caller's stream when it
+// is issued, and the progress thread runs the copies on the staging's own stream after that
+// mark (runIssued), returning once the results are in the device buffers.
+//
+// Error feedback (allreduce): the residual stays in host memory; each piece's share is added to
+// the staged values in the slot and replaced by what this call's encodings lost.
 
 #include <atomic>
 #include <cstdint>
@@ -31,6 +39,44 @@ namespace gs::control {
 /// both are host-readable. Throws kInvalidArgument naming both when they are on two devices.
 int collectiveDevice(codecs::DeviceMemory& memory, const stream::CollectiveArgs& args);
 
+/// Restores the caller's current CUDA device when it leaves scope (the library must not change
+/// it): makes `device` current for the scope.
+class CurrentDevice {
+ public:
+  CurrentDevice(codecs::DeviceMemory& memory, int device);
+  ~CurrentDevice();
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  codecs::DeviceMemory& memory_;
+  int previous_;
+  int device_;
+};
+
+/// Where a caller's stream stood when a non-blocking call was issued: an event recorded there.
+/// What the progress thread's copies (or, for host buffers, the host) wait for. Owns the event;
+/// may be destroyed on any thread.
+class StreamMark {
+ public:
+  /// Records on stream (null: the legacy default stream). bufferDevice: the call's device (see
+  /// collectiveDevice) or -1; kInvalidArgument when the stream belongs to another one.
+  StreamMark(std::shared_ptr<codecs::DeviceMemory> memory,
+             codecs::DeviceMemory::Stream stream,
+             int bufferDevice);
+  ~StreamMark();
+  StreamMark(const StreamMark&) = delete;
+  StreamMark& operator=(const StreamMark&) = delete;
+
+  int device() const { return device_; }  // the stream's device
+  codecs::DeviceMemory::Event* event() const { return event_; }
+
+ private:
+  std::shared_ptr<codecs::DeviceMemory> memory_;
+  int device_;
+  codecs::DeviceMemory::Event* event_ = nullptr;
+};
+
 class DeviceStaging {
  public:
   using Stream = codecs::DeviceMemory::Stream;
@@ -43,7 +89,8 @@ class DeviceStaging {
                 int64_t slotBytes,
                 int64_t timeoutMs,
                 const std::atomic<bool>& abortFlag);
-  /// Waits (bounded by the timeout) for the last result copies, then frees the slots.
+  /// Waits (bounded by the timeout) for the last result copies, then frees the slots and the
+  /// staging's own stream.
   ~DeviceStaging();
   DeviceStaging(const DeviceStaging&) = delete;
   DeviceStaging& operator=(const DeviceStaging&) = delete;
@@ -52,15 +99,30 @@ class DeviceStaging {
     uint64_t toHostBytes = 0;
     uint64_t toDeviceBytes = 0;
   };
-  /// Runs args (buffers on `device`, see collectiveDevice) for this rank of nranks. args.residual
-  /// must be null (error feedback keeps host state). Throws what runHost throws, or kTimeout /
-  /// kAborted / kSystem for the device; the slots stay safe for later calls either way.
+  /// Runs args (buffers on `device`, see collectiveDevice) for this rank of nranks, copies on
+  /// stream. args.residual (allreduce only): host memory, one residual element per element,
+  /// added to the staged input and replaced by what the call's encodings lost. Throws what
+  /// runHost throws, or kTimeout / kAborted / kSystem for the device; the slots stay safe for
+  /// later calls either way.
   Totals run(const stream::CollectiveArgs& args,
              int rank,
              int nranks,
              int device,
              Stream stream,
              const RunHost& runHost);
+
+  /// As run(), for a call issued earlier (a non-blocking one): the copies go on the staging's
+  /// own stream of the mark's device, after the work the caller's stream held when the call was
+  /// issued; returns once the results are in the device buffers.
+  Totals runIssued(const stream::CollectiveArgs& args,
+                   int rank,
+                   int nranks,
+                   const StreamMark& issued,
+                   const RunHost& runHost);
+
+  /// Host buffers of a non-blocking call with a stream: waits (bounded) until the caller's stream
+  /// has done the work it held when the call was issued.
+  void waitFor(const StreamMark& issued);
 
   /// Host buffers with a stream: waits until the stream has finished the work enqueued on it so
   /// far (the caller's producers), bounded by the timeout.
@@ -78,6 +140,11 @@ class DeviceStaging {
   void releaseEvents();  // waits (bounded) for the last result copies, then destroys them
   void destroyEvents() noexcept;
   void waitFor(codecs::DeviceMemory::Event* event, const char* what);
+  /// Adds the residual share of piece `index` to the staged values, clears it (the engine
+  /// writes the new one) and points the piece's args at it.
+  void applyResidual(const Layout& call, size_t index, stream::CollectiveArgs& piece);
+  /// The staging's own stream on `device` (created on first use, replaced on another device).
+  Stream sideStream(int device);
 
   std::shared_ptr<codecs::DeviceMemory> memory_;
   int64_t slotBytes_;
@@ -88,7 +155,9 @@ class DeviceStaging {
   codecs::DeviceMemory::Event* inputCopied_[2] = {nullptr, nullptr};
   codecs::DeviceMemory::Event* resultsCopied_ = nullptr;  // after the last call's result copies
   codecs::DeviceMemory::Event* synchronized_ = nullptr;   // synchronize()'s marker
-  int eventsDevice_ = -1;  // device the events were created on; -1: none
+  int eventsDevice_ = -1;        // device the events were created on; -1: none
+  Stream sideStream_ = nullptr;  // runIssued's copies; null until the first one
+  int sideStreamDevice_ = -1;
 };
 
 }  // namespace gs::control

@@ -19,8 +19,13 @@ GradientStream::GradientStream(Communicator& comm,
       dtype_(dtype),
       op_(op),
       elementSize_(elementSize(dtype)),
-      errorFeedback_(config.errorFeedback) {
+      errorFeedback_(config.errorFeedback),
+      cudaStream_(config.cudaStream),
+      staged_(comm.bufferDevice(buffer) >= 0) {
   GS_CHECK(buffer != nullptr || count == 0, Errc::kInvalidArgument, "buffer is NULL");
+  GS_CHECK(!errorFeedback_ || staged_ || cudaStream_ == nullptr, Errc::kUnsupported,
+           "error feedback on a host buffer with a cuda_stream: the residual would be added "
+           "before the stream's work wrote the buffer (give the device buffer, or no stream)");
   GS_CHECK(config.bucketBytes >= static_cast<size_t>(elementSize_), Errc::kInvalidArgument,
            "bucket_bytes %zu is smaller than one element", config.bucketBytes);
   if (!config.codec.empty()) {
@@ -111,11 +116,13 @@ void GradientStream::submitReady() {
       args.codec = codec_.get();
     if (errorFeedback_) {
       void* r = residual_.data() + b.offset * codecs::residualElementSize(dtype_);
-      codecs::applyResidual(dtype_, data, r, b.count);
-      memset(r, 0, b.count * codecs::residualElementSize(dtype_));
+      if (!staged_) {
+        codecs::applyResidual(dtype_, data, r, b.count);
+        memset(r, 0, b.count * codecs::residualElementSize(dtype_));
+      }
       args.residual = r;
     }
-    b.request = comm_.submit(args);
+    b.request = comm_.submit(args, cudaStream_);
     ++nextToSubmit_;
   }
 }

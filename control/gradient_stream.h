@@ -15,6 +15,9 @@ struct GradientStreamConfig {
   size_t bucketBytes = 4 << 20;
   bool errorFeedback = false;
   std::string codec;  // empty: the communicator's
+  /// CUDA: the stream producing the buffer (null: the legacy default stream; host buffers
+  /// without a stream are used as they are). See Communicator::submit.
+  CUstream_st* cudaStream = nullptr;
 };
 
 /// A gradient buffer reduced (allreduce, in place) bucket by bucket while the backward pass
@@ -27,6 +30,10 @@ struct GradientStreamConfig {
 /// bucket b over once b is complete here and every bucket before it in that order was handed
 /// over. With error feedback each bucket's residual (what the lossy codec dropped last time)
 /// is added before it is sent, and the engine records the new residual.
+///
+/// CUDA: the buffer may be device memory. A bucket then reads what config.cudaStream's work
+/// enqueued before the ready() call that handed it over, through pinned host staging; the
+/// residual stays in host memory and is added to the staged values (DeviceStaging).
 ///
 /// Not thread-safe: one thread drives an iteration (begin, ready..., wait). The buffer must
 /// stay valid until close(). Owned by the caller; the communicator must outlive it.
@@ -67,6 +74,8 @@ class GradientStream {
   size_t elementSize_;
   std::unique_ptr<codecs::Codec> codec_;  // null: the communicator's
   bool errorFeedback_;
+  CUstream_st* cudaStream_;
+  bool staged_;                    // device buffer: the staging adds the residual, not ready()
   std::vector<uint8_t> residual_;  // error feedback state, one element per element
   std::vector<Bucket> buckets_;    // in buffer order; reduced from the last one down
   size_t nextToSubmit_ = 0;        // index into the reduction order

@@ -1,5 +1,6 @@
 // codecs::DeviceMemory on the CUDA runtime: pointer attributes, cudaHostAlloc, cudaMemcpy2DAsync
-// (cudaMemcpyDefault: unified addressing tells host from device) and events without timing.
+// (cudaMemcpyDefault: unified addressing tells host from device), non-blocking streams and
+// events without timing.
 #include "kernels/device_memory.h"
 
 #include "kernels/cuda_check.h"
@@ -43,6 +44,17 @@ class CudaDeviceMemory final : public codecs::DeviceMemory {
     if (previous != device)
       GS_CHECK_CUDA(cudaSetDevice(device));
     return previous;
+  }
+
+  Stream createStream() override {
+    cudaStream_t s = nullptr;
+    GS_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+  }
+
+  void destroyStream(Stream stream) noexcept override {
+    if (stream != nullptr)
+      (void)cudaStreamDestroy(stream);
   }
 
   void* allocPinned(size_t bytes) override {

@@ -246,10 +246,15 @@ GS_API gs_status_t gs_broadcast(const void* sendbuff,
                                 struct CUstream_st* cuda_stream);
 
 /**
- * Non-blocking allreduce on host buffers (cuda_stream must be NULL; device buffers are
- * GS_ERR_UNSUPPORTED). Requests on one communicator complete in the order they were
- * issued; a progress thread of the communicator runs them, so the caller may compute in the
- * meantime. The buffers must stay valid until the request is complete.
+ * Non-blocking allreduce. Requests on one communicator complete in the order they were issued;
+ * a progress thread of the communicator runs them, so the caller may compute in the meantime.
+ * The buffers must stay valid until the request is complete.
+ * CUDA: buffers may be device memory. The allreduce reads what the work enqueued on cuda_stream
+ * (NULL: the legacy default stream) before this call wrote (an event is recorded on it now;
+ * later work on the stream does not delay the request). Its copies run on the communicator's
+ * own stream through pinned host staging, and the request completes (gs_test / gs_wait) once
+ * the results are in recvbuff: any stream may then read them. Host buffers with a non-NULL
+ * cuda_stream likewise wait for the stream's earlier work.
  */
 GS_API gs_status_t gs_iallreduce(const void* sendbuff,
                                  void* recvbuff,
@@ -280,6 +285,13 @@ typedef struct {
   int64_t bucket_bytes; /**< reduction granularity; < 0: default 4 MiB */
   int error_feedback;   /**< 1: keep what a lossy codec dropped per element, add it next time */
   const char* codec;    /**< NULL: the communicator's codec (gs_config_t.codec / GS_CODEC) */
+  /** CUDA: the stream whose work produces the buffer (NULL: the legacy default stream). Each
+   * bucket reads what was enqueued there before the gs_stream_ready call that completed it; the
+   * buffer may be device memory (pinned host staging, as gs_iallreduce; the error-feedback
+   * residual stays in host memory). A host buffer with a non-NULL stream likewise waits for its
+   * work (error feedback is then GS_ERR_UNSUPPORTED: the residual is added on the host at
+   * gs_stream_ready time). */
+  struct CUstream_st* cuda_stream;
 } gs_stream_config_t;
 
 GS_API gs_status_t gs_stream_config_init(gs_stream_config_t* config);

@@ -101,11 +101,14 @@ TEST(GradientStream, MisuseIsAnErrorNotAHang) {
 // The same gradient every iteration: with int4 and no feedback each iteration makes the same
 // rounding error, so the running mean stays biased; with feedback the dropped part is sent
 // later and the running mean converges to the exact sum.
-double meanError(bool errorFeedback) {
+// commCodec: the communicator's codec, which the stream's own (int4) overrides.
+double meanError(bool errorFeedback, const char* commCodec = nullptr) {
   const int n = 2, iters = 40;
   const size_t count = 4096;
   std::vector<double> meanErr(n);
-  runRanks(n, RankOptions{}, [&](int rank, gs_comm_t comm) {
+  RankOptions opt;
+  opt.codec = commCodec;
+  runRanks(n, opt, [&](int rank, gs_comm_t comm) {
     std::vector<float> buf(count);
     std::vector<double> acc(count, 0.0);
     gs_stream_config_t cfg;
@@ -145,6 +148,14 @@ TEST(GradientStream, ErrorFeedbackRemovesTheBiasOfALossyCodec) {
   printf("int4 running-mean relative error: without feedback %.4g, with %.4g\n", without, with);
   EXPECT_GT(without, 0.02);
   EXPECT_LT(with, without / 5);
+}
+
+// A stream's codec is its buckets' codec even where the communicator has another: bf16 would
+// leave a running-mean error near 1e-3, int4's bias is far above it.
+TEST(GradientStream, TheStreamsCodecStandsOverTheCommunicators) {
+  const double err = meanError(false, "bf16");
+  printf("stream int4 over communicator bf16: running-mean relative error %.4g\n", err);
+  EXPECT_GT(err, 0.02);
 }
 
 }  // namespace

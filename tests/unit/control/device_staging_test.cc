@@ -6,103 +6,18 @@
 
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include "control/bootstrap.h"
-#include "control/communicator.h"
-#include "fake_device_memory.h"
+#include "control/gradient_stream.h"
+#include "staging_ranks.h"
 
 namespace gs::control {
 namespace {
 
-using gs::testing::FakeDeviceMemory;
-using stream::CollectiveArgs;
-using stream::CollectiveKind;
-using Stream = codecs::DeviceMemory::Stream;
-
-struct Options {
-  int64_t stagingBytes = 64 << 10;  // the smallest slots: many pieces per call
-  int64_t timeoutMs = 20000;
-  std::string codec = "raw";
-  std::string transport = "tcp";
-};
-
-// Runs body(rank, comm) on nranks communicators sharing one fake device; returns each rank's
-// error ("" when it succeeded).
-std::vector<std::string> runRanks(int nranks,
-                                  const std::shared_ptr<FakeDeviceMemory>& fake,
-                                  const Options& opt,
-                                  const std::function<void(int, Communicator&)>& body) {
-  Config cfg;
-  cfg.transport = opt.transport;
-  cfg.shm = false;
-  cfg.timeoutMs = opt.timeoutMs;
-  cfg.stagingBytes = opt.stagingBytes;
-  cfg.codec = opt.codec;
-  cfg.chunkBytes = 16 << 10;
-  const UniqueId id = createUniqueId(cfg);
-  std::vector<std::string> errors(nranks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < nranks; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto comm = Communicator::create(nranks, id, r, cfg);
-        comm->setDeviceMemory(fake);
-        body(r, *comm);
-      } catch (const Error& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads)
-    t.join();
-  return errors;
-}
-
-void expectAllOk(const std::vector<std::string>& errors) {
-  for (size_t r = 0; r < errors.size(); ++r)
-    EXPECT_EQ(errors[r], "") << "rank " << r;
-}
-
-// Element i of rank r's input: exact in float32 sums of a few ranks.
-float inputValue(int rank, size_t i) {
-  return static_cast<float>((i * 7 + static_cast<size_t>(rank) * 13) % 1000) - 300.f;
-}
-
-CollectiveArgs argsOf(CollectiveKind kind, const void* send, void* recv, size_t count) {
-  CollectiveArgs a;
-  a.kind = kind;
-  a.send = send;
-  a.recv = recv;
-  a.count = count;
-  a.dtype = DataType::kFloat32;
-  a.op = ReduceOp::kSum;
-  return a;
-}
-
-// Copies between fake device memory and the host, ordered on the stream.
-void toDevice(FakeDeviceMemory& fake, void* dev, const std::vector<float>& host, Stream s) {
-  fake.copy2D(dev, 0, host.data(), 0, host.size() * 4, 1, s);
-}
-std::vector<float> fromDevice(FakeDeviceMemory& fake, const void* dev, size_t n, Stream s) {
-  std::vector<float> host(n);
-  fake.copy2D(host.data(), 0, dev, 0, n * 4, 1, s);
-  fake.synchronize(s);
-  return host;
-}
-
-class FakeDeviceStaging : public ::testing::Test {
- protected:
-  std::shared_ptr<FakeDeviceMemory> fake_ = std::make_shared<FakeDeviceMemory>();
-  void TearDown() override {
-    for (const auto& e : fake_->errors())
-      ADD_FAILURE() << e;
-  }
-};
+using namespace staging_test;
 
 TEST_F(FakeDeviceStaging, AllReduceOverManyPiecesInAndOutOfPlace) {
   constexpr int kRanks = 3;
@@ -272,30 +187,6 @@ TEST_F(FakeDeviceStaging, HostBuffersWithAStreamWaitForItsProducers) {
   }));
 }
 
-// A stream held by an op that waits until released (10 s at most: tests never hang), and a
-// device buffer. Leaving the scope, also by an exception, releases and drains the stream and
-// frees the buffer.
-struct HeldStream {
-  FakeDeviceMemory& fake;
-  Stream stream = fake.createStream();
-  void* buffer = fake.allocDevice(4096);
-  std::atomic<bool> release{false};
-  explicit HeldStream(FakeDeviceMemory& f, bool hold = true) : fake(f) {
-    if (!hold)
-      return;
-    fake.enqueue(stream, [this] {
-      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (!release.load() && std::chrono::steady_clock::now() < end)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    });
-  }
-  ~HeldStream() {
-    release = true;
-    fake.synchronize(stream);
-    fake.freeDevice(buffer);
-  }
-};
-
 TEST_F(FakeDeviceStaging, AStreamThatNeverGetsThereTimesOutOnEveryRank) {
   constexpr int kRanks = 2;
   Options opt;
@@ -338,11 +229,24 @@ TEST_F(FakeDeviceStaging, BadDeviceBuffersAreRefusedByName) {
           << e.what();
     }
     try {
-      comm.submit(argsOf(CollectiveKind::kAllReduce, a, a, 1024));
-      ADD_FAILURE() << "a non-blocking call took a device buffer";
+      comm.submit(argsOf(CollectiveKind::kAllReduce, a, b, 1024));
+      ADD_FAILURE() << "a non-blocking call took buffers on two devices";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("device 0 and recvbuff on device 1"), std::string::npos)
+          << e.what();
+    }
+    try {  // the residual would be added before the stream's kernels wrote the buffer
+      std::vector<float> host(1024);
+      GradientStreamConfig cfg;
+      cfg.errorFeedback = true;
+      cfg.cudaStream = fake_->createStream();
+      GradientStream s(comm, host.data(), host.size(), DataType::kFloat32, ReduceOp::kSum, cfg);
+      ADD_FAILURE() << "error feedback on a host buffer with a stream was accepted";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), Errc::kUnsupported);
-      EXPECT_NE(std::string(e.what()).find("host buffers only"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("host buffer with a cuda_stream"), std::string::npos)
+          << e.what();
     }
     // Neither refusal broke the communicator: a good call still runs (on the default stream).
     comm.run(argsOf(CollectiveKind::kAllReduce, a, a, 1024), nullptr);

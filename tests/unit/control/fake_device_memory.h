@@ -54,12 +54,6 @@ class FakeDeviceMemory final : public codecs::DeviceMemory {
     allocations_.erase(reinterpret_cast<uintptr_t>(p));
     delete[] static_cast<uint8_t*>(p);
   }
-  /// A stream of its own worker (delete with the fake).
-  Stream createStream() {
-    std::lock_guard<std::mutex> lock(mu_);
-    streams_.push_back(std::make_unique<Worker>(static_cast<int>(streams_.size()) + 1));
-    return reinterpret_cast<Stream>(streams_.back().get());
-  }
   /// Runs fn on the stream's worker in order (a "kernel" writing a buffer, a blocked stream).
   void enqueue(Stream stream, std::function<void()> fn) { worker(stream).push(std::move(fn)); }
   /// Every later op of the stream waits this long before it runs (instead of up to 300 us).
@@ -77,6 +71,9 @@ class FakeDeviceMemory final : public codecs::DeviceMemory {
     std::lock_guard<std::mutex> lock(mu_);
     return errors_;
   }
+  /// Streams made by createStream() (tests' and the library's) and destroyed by destroyStream().
+  int streamsCreated() const { return streamsCreated_.load(); }
+  int streamsDestroyed() const { return streamsDestroyed_.load(); }
   size_t maxPinnedBytes() const { return maxPinned_.load(); }
   size_t pinnedBytes() const { return pinned_.load(); }
 
@@ -88,6 +85,18 @@ class FakeDeviceMemory final : public codecs::DeviceMemory {
   }
   int streamDevice(Stream) override { return 0; }
   int setDevice(int device) override { return current_.exchange(device); }
+
+  /// A stream of its own worker. Its thread lives until the fake goes (destroyStream counts).
+  Stream createStream() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams_.push_back(std::make_unique<Worker>(static_cast<int>(streams_.size()) + 1));
+    ++streamsCreated_;
+    return reinterpret_cast<Stream>(streams_.back().get());
+  }
+  void destroyStream(Stream stream) noexcept override {
+    if (stream != nullptr)
+      ++streamsDestroyed_;
+  }
 
   void* allocPinned(size_t bytes) override {
     auto* p = new uint8_t[bytes];
@@ -231,6 +240,7 @@ class FakeDeviceMemory final : public codecs::DeviceMemory {
   std::vector<std::string> errors_;
   std::atomic<size_t> pinned_{0}, maxPinned_{0};
   std::atomic<int> current_{0};
+  std::atomic<int> streamsCreated_{0}, streamsDestroyed_{0};
 };
 
 }  // namespace gs::testing
