@@ -4,6 +4,7 @@
 // test reads results back with copies on that stream, so it checks the stream order the C API
 // documents as well as the values. Skips, saying why, where no CUDA device is usable.
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -168,7 +169,7 @@ TEST_P(GpuCollective, InputsWrittenLaterOnTheStreamAreWhatIsReduced) {
   });
 }
 
-TEST_P(GpuCollective, HostBuffersWithAStreamAndRefusalsOfDeviceBuffers) {
+TEST_P(GpuCollective, HostBuffersWithAStreamWaitForIt) {
   constexpr int kRanks = 2;
   const size_t count = 4096;
   runRanks(kRanks, options(), [&](int r, gs_comm_t comm) {
@@ -190,19 +191,110 @@ TEST_P(GpuCollective, HostBuffersWithAStreamAndRefusalsOfDeviceBuffers) {
         << gs_last_error();
     for (size_t i = 0; i < count; ++i)
       ASSERT_EQ(pinned[i], 6.f) << "rank " << r << " element " << i;
-    // Non-blocking calls cannot keep stream order: device buffers are refused by name.
-    gs_request_t req = nullptr;
-    EXPECT_EQ(gs_iallreduce(src.p, src.p, count, GS_FLOAT32, GS_SUM, comm, nullptr, &req),
-              GS_ERR_UNSUPPORTED);
-    EXPECT_NE(std::string(gs_last_error()).find("host buffers only"), std::string::npos)
-        << gs_last_error();
-    gs_stream_t gstream = nullptr;
-    EXPECT_EQ(gs_stream_open(comm, src.p, count, GS_FLOAT32, GS_SUM, nullptr, &gstream),
-              GS_ERR_UNSUPPORTED);
-    EXPECT_NE(std::string(gs_last_error()).find("gradient streams take host buffers"),
-              std::string::npos)
-        << gs_last_error();
     cudaFreeHost(pinned);
+    cudaStreamDestroy(s);
+  });
+}
+
+TEST_P(GpuCollective, NonBlockingAllReduceOnDeviceBuffersKeepsTheIssuingStreamsOrder) {
+  // The input is written on the stream 50 ms after gs_iallreduce is called; then the stream is
+  // held for 3 s more. The request must reduce the written input and complete without waiting
+  // for the later work (its copies run on the communicator's own stream), with the results in
+  // the buffer when gs_wait returns.
+  constexpr int kRanks = 2;
+  const size_t count = 300007;
+  runRanks(kRanks, options(), [&](int r, gs_comm_t comm) {
+    cudaStream_t s;
+    ASSERT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    DeviceBuffer buf(count * 4);
+    ASSERT_NE(buf.p, nullptr);
+    std::vector<float> in(count), out(count);
+    for (size_t i = 0; i < count; ++i)
+      in[i] = inputValue(r, i);
+    ASSERT_CUDA(cudaMemset(buf.p, 0, count * 4));
+    static int shortMs = 50, longMs = 3000;
+    ASSERT_CUDA(cudaLaunchHostFunc(s, sleepOnStream, &shortMs));
+    ASSERT_CUDA(cudaMemcpyAsync(buf.p, in.data(), count * 4, cudaMemcpyHostToDevice, s));
+    gs_request_t req = nullptr;
+    ASSERT_EQ(gs_iallreduce(buf.p, buf.p, count, GS_FLOAT32, GS_SUM, comm,
+                            reinterpret_cast<CUstream_st*>(s), &req),
+              GS_OK)
+        << gs_last_error();
+    ASSERT_CUDA(cudaLaunchHostFunc(s, sleepOnStream, &longMs));
+    EXPECT_EQ(gs_wait(req, 2000), GS_OK) << gs_last_error();
+    // A copy on another stream sees the results once the request is complete.
+    cudaStream_t reader;
+    ASSERT_CUDA(cudaStreamCreateWithFlags(&reader, cudaStreamNonBlocking));
+    ASSERT_CUDA(cudaMemcpyAsync(out.data(), buf.p, count * 4, cudaMemcpyDeviceToHost, reader));
+    ASSERT_CUDA(cudaStreamSynchronize(reader));
+    for (size_t i = 0; i < count; ++i)
+      ASSERT_EQ(out[i], inputValue(0, i) + inputValue(1, i)) << "rank " << r << " element " << i;
+    EXPECT_EQ(gs_request_free(req), GS_OK);
+    ASSERT_CUDA(cudaStreamSynchronize(s));
+    cudaStreamDestroy(reader);
+    cudaStreamDestroy(s);
+  });
+}
+
+float gradient(int rank, size_t i, int iter) {
+  return std::sin(0.0013f * static_cast<float>(i) + 0.7f * static_cast<float>(rank + iter)) *
+         (1.f + 0.25f * static_cast<float>(iter));
+}
+
+TEST_P(GpuCollective, GradientStreamOnADeviceBufferMatchesAHostOneWithErrorFeedback) {
+  // The same gradients through a gradient stream over a device buffer (written by copies on
+  // the producing stream, buckets of three staging pieces) and one over a host buffer (buckets
+  // of one piece): int8 with error feedback, three iterations, identical bits and residuals.
+  constexpr int kRanks = 2;
+  constexpr int kIterations = 3;
+  const size_t count = 300000;
+  const size_t piece = 65536;  // floats in a 256 KiB staging slot
+  runRanks(kRanks, options(), [&](int r, gs_comm_t comm) {
+    cudaStream_t s;
+    ASSERT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    DeviceBuffer dev(count * 4);
+    ASSERT_NE(dev.p, nullptr);
+    std::vector<float> host(count), g(count), out(count);
+    gs_stream_config_t cfg;
+    gs_stream_config_init(&cfg);
+    cfg.codec = "int8";
+    cfg.error_feedback = 1;
+    cfg.bucket_bytes = static_cast<int64_t>(piece * 4);
+    gs_stream_t onHost = nullptr, onDevice = nullptr;
+    ASSERT_EQ(gs_stream_open(comm, host.data(), count, GS_FLOAT32, GS_SUM, &cfg, &onHost), GS_OK)
+        << gs_last_error();
+    cfg.bucket_bytes = static_cast<int64_t>(3 * piece * 4);
+    cfg.cuda_stream = reinterpret_cast<CUstream_st*>(s);
+    ASSERT_EQ(gs_stream_open(comm, dev.p, count, GS_FLOAT32, GS_SUM, &cfg, &onDevice), GS_OK)
+        << gs_last_error();
+    for (int iter = 0; iter < kIterations; ++iter) {
+      for (size_t i = 0; i < count; ++i)
+        g[i] = gradient(r, i, iter);
+      host = g;
+      ASSERT_EQ(gs_stream_begin(onHost), GS_OK);
+      ASSERT_EQ(gs_stream_ready(onHost, 0, count), GS_OK);
+      ASSERT_EQ(gs_stream_wait(onHost, -1), GS_OK) << gs_last_error();
+      ASSERT_EQ(gs_stream_begin(onDevice), GS_OK);
+      const size_t half = count / 2;
+      static int ms = 20;
+      ASSERT_CUDA(cudaLaunchHostFunc(s, sleepOnStream, &ms));
+      ASSERT_CUDA(cudaMemcpyAsync(dev.f() + half, g.data() + half, (count - half) * 4,
+                                  cudaMemcpyHostToDevice, s));
+      ASSERT_EQ(gs_stream_ready(onDevice, half, count - half), GS_OK) << gs_last_error();
+      ASSERT_CUDA(cudaMemcpyAsync(dev.p, g.data(), half * 4, cudaMemcpyHostToDevice, s));
+      ASSERT_EQ(gs_stream_ready(onDevice, 0, half), GS_OK) << gs_last_error();
+      ASSERT_EQ(gs_stream_wait(onDevice, -1), GS_OK) << gs_last_error();
+      ASSERT_CUDA(cudaMemcpy(out.data(), dev.p, count * 4, cudaMemcpyDeviceToHost));
+      ASSERT_EQ(memcmp(out.data(), host.data(), count * 4), 0)
+          << "rank " << r << " iteration " << iter;
+    }
+    std::vector<float> hostResidual(count), deviceResidual(count);
+    ASSERT_EQ(gs_stream_save_residual(onHost, hostResidual.data(), count * 4), GS_OK);
+    ASSERT_EQ(gs_stream_save_residual(onDevice, deviceResidual.data(), count * 4), GS_OK);
+    EXPECT_EQ(hostResidual, deviceResidual);
+    EXPECT_EQ(gs_stream_close(onDevice), GS_OK);
+    EXPECT_EQ(gs_stream_close(onHost), GS_OK);
+    ASSERT_CUDA(cudaStreamSynchronize(s));
     cudaStreamDestroy(s);
   });
 }
