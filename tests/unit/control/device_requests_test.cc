@@ -158,17 +158,24 @@ TEST_F(FakeDeviceRequests, AStreamThatNeverGetsThereFailsTheRequestOnEveryRank) 
   Options opt;
   opt.timeoutMs = 600;
   std::vector<std::string> requestErrors(kRanks);
+  // The failed request's copies still wait on the communicator's stream for the held one: the
+  // buffers outlive the communicators, whose destruction waits for those copies.
+  std::vector<void*> buffers;
+  for (int r = 0; r < kRanks; ++r)
+    buffers.push_back(fake_->allocDevice(4096));
   const auto start = std::chrono::steady_clock::now();
   expectAllOk(runRanks(kRanks, fake_, opt, [&](int r, Communicator& comm) {
     HeldStream held(*fake_, r == 0);  // rank 0: a kernel still running at the timeout
-    auto request = comm.submit(argsOf(CollectiveKind::kAllReduce, held.buffer, held.buffer, 1024),
-                               held.stream);
+    auto request =
+        comm.submit(argsOf(CollectiveKind::kAllReduce, buffers[r], buffers[r], 1024), held.stream);
     ASSERT_TRUE(request->waitUntil(Deadline::afterMs(10000))) << "the request never completed";
     requestErrors[r] = request->message();
     EXPECT_NE(request->status(), Errc::kOk);
   }));
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (void* b : buffers)
+    fake_->freeDevice(b);
   EXPECT_NE(requestErrors[0].find("CUDA stream did not complete"), std::string::npos)
       << requestErrors[0];
   EXPECT_NE(requestErrors[1].find("rank 0"), std::string::npos)
