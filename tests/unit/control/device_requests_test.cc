@@ -18,14 +18,7 @@ namespace {
 
 using namespace staging_test;
 
-class FakeDeviceRequests : public ::testing::Test {
- protected:
-  std::shared_ptr<FakeDeviceMemory> fake_ = std::make_shared<FakeDeviceMemory>();
-  void TearDown() override {
-    for (const auto& e : fake_->errors())
-      ADD_FAILURE() << e;
-  }
-};
+class FakeDeviceRequests : public FakeDeviceStaging {};
 
 // A "kernel" on stream s that writes values into buf (device or host memory) after a delay:
 // whatever reads buf without waiting for the stream sees what was there before.
