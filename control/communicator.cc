@@ -342,6 +342,11 @@ codecs::DeviceMemory* Communicator::deviceMemory() {
   return deviceMemory_.get();
 }
 
+void Communicator::checkStreamUsable(const codecs::DeviceMemory* memory) const {
+  GS_CHECK(memory != nullptr, Errc::kUnsupported, "cuda_stream is not NULL, but %s",
+           deviceMemoryUnavailable_.c_str());
+}
+
 int Communicator::bufferDevice(const void* p) {
   codecs::DeviceMemory* memory = deviceMemory();
   return memory != nullptr ? memory->deviceOf(p) : -1;
@@ -353,21 +358,21 @@ void Communicator::runStaged(const stream::CollectiveArgs& args,
   codecs::DeviceMemory* memory = deviceMemory();
   const int device = memory != nullptr ? collectiveDevice(*memory, args) : -1;
   if (device < 0 && cudaStream == nullptr && issued == nullptr)
-    return execute(args);
-  GS_CHECK(memory != nullptr, Errc::kUnsupported, "cuda_stream is not NULL, but %s",
-           deviceMemoryUnavailable_.c_str());
+    return runHost(args);
+  checkStreamUsable(memory);
   if (!staging_) {
     staging_ = std::make_unique<DeviceStaging>(deviceMemory_, config_.stagingBytes,
                                                config_.timeoutMs, aborted_);
   }
   try {
     if (device < 0) {
-      // Host buffers: after the stream's producers.
-      if (issued != nullptr)
-        staging_->waitFor(*issued);
+      // Host buffers: after the stream's producers (those enqueued before this call, or before
+      // the request was issued).
+      if (issued == nullptr)
+        staging_->waitFor(StreamMark(deviceMemory_, cudaStream, -1));
       else
-        staging_->synchronize(cudaStream);
-      return execute(args);
+        staging_->waitFor(*issued);
+      return runHost(args);
     }
     if (!stagingLogged_) {
       stagingLogged_ = true;
@@ -397,6 +402,17 @@ void Communicator::runStaged(const stream::CollectiveArgs& args,
     }
     throw;
   }
+}
+
+void Communicator::runHost(const stream::CollectiveArgs& args) {
+  if (args.residual != nullptr) {
+    GS_CHECK(args.kind == stream::CollectiveKind::kAllReduce && args.send == args.recv,
+             Errc::kInvalidArgument, "error feedback (a residual) needs an in-place allreduce");
+    const size_t rsize = codecs::residualElementSize(args.dtype);
+    codecs::applyResidual(args.dtype, args.recv, args.residual, args.count);
+    memset(args.residual, 0, args.count * rsize);
+  }
+  execute(args);
 }
 
 void Communicator::agreeOnChunkSize() {
@@ -523,8 +539,7 @@ std::shared_ptr<Request> Communicator::submit(const stream::CollectiveArgs& args
   codecs::DeviceMemory* memory = deviceMemory();
   const int device = memory != nullptr ? collectiveDevice(*memory, args) : -1;
   if (device >= 0 || cudaStream != nullptr) {
-    GS_CHECK(memory != nullptr, Errc::kUnsupported, "cuda_stream is not NULL, but %s",
-             deviceMemoryUnavailable_.c_str());
+    checkStreamUsable(memory);
     issued = std::make_unique<StreamMark>(deviceMemory_, cudaStream, device);
   }
   auto request = std::make_shared<Request>(args, std::move(issued));
@@ -550,10 +565,7 @@ void Communicator::progressLoop() {
     workerBusy_ = true;
     lock.unlock();
     try {
-      if (request->issued() != nullptr)
-        runStaged(request->args(), nullptr, request->issued());
-      else
-        execute(request->args());
+      runStaged(request->args(), nullptr, request->issued());
       request->complete(Errc::kOk, "");
     } catch (const Error& e) {
       request->complete(e.code(), e.what());

@@ -85,12 +85,15 @@ class Communicator {
   /// DeviceStaging: the call returns once the host part is done and the result copies are
   /// enqueued on cudaStream, null meaning the legacy default stream). Host buffers with a
   /// non-null cudaStream first wait for the work enqueued on that stream.
+  ///
+  /// Error feedback (args.residual, in-place allreduce): the residual is added to the input
+  /// right before the collective reads it (after the stream's producers; into the staged copy
+  /// for device buffers) and replaced by what this call's encodings lost.
   void run(const stream::CollectiveArgs& args, CUstream_st* cudaStream = nullptr);
   /// Queues a collective for the progress thread. CUDA: with device buffers or a non-null
   /// cudaStream, the collective sees what the stream's work enqueued before this call wrote
   /// (an event recorded now), its copies run on the communicator's own stream, and the request
-  /// completes once the results are in the buffers. args.residual (error feedback): see
-  /// DeviceStaging.
+  /// completes once the results are in the buffers. args.residual: as run().
   std::shared_ptr<Request> submit(const stream::CollectiveArgs& args,
                                   CUstream_st* cudaStream = nullptr);
 
@@ -126,8 +129,14 @@ class Communicator {
   void runStaged(const stream::CollectiveArgs& args,
                  CUstream_st* cudaStream,
                  const StreamMark* issued = nullptr);
+  /// Host buffers, once their producers are done: adds args.residual to the input (see run()),
+  /// then executes.
+  void runHost(const stream::CollectiveArgs& args);
   /// The CUDA runtime (or the fake), null where none can run; reason() then says why.
   codecs::DeviceMemory* deviceMemory();
+  /// A call with a CUDA stream (or device buffers) needs deviceMemory(): kUnsupported naming why
+  /// there is none.
+  void checkStreamUsable(const codecs::DeviceMemory* memory) const;
   void fail(const Error& e);  // marks the communicator broken by e
   /// codec=auto: every rank runs this before the same adaptive collective (every
   /// kChunkAgreementEvery-th): a raw 8-byte MIN allreduce of the controllers' chunk proposals,

@@ -181,7 +181,7 @@ void DeviceStaging::useDevice(int device) {
     return;
   releaseEvents();
   try {
-    for (auto** e : {&inputCopied_[0], &inputCopied_[1], &resultsCopied_, &synchronized_})
+    for (auto** e : {&inputCopied_[0], &inputCopied_[1], &resultsCopied_})
       *e = memory_->createEvent();
   } catch (...) {
     destroyEvents();
@@ -203,7 +203,7 @@ void DeviceStaging::releaseEvents() {
 }
 
 void DeviceStaging::destroyEvents() noexcept {
-  for (auto** e : {&inputCopied_[0], &inputCopied_[1], &resultsCopied_, &synchronized_}) {
+  for (auto** e : {&inputCopied_[0], &inputCopied_[1], &resultsCopied_}) {
     memory_->destroyEvent(*e);
     *e = nullptr;
   }
@@ -345,14 +345,6 @@ DeviceStaging::Totals DeviceStaging::runIssued(const stream::CollectiveArgs& arg
 
 void DeviceStaging::waitFor(const StreamMark& issued) {
   waitFor(issued.event(), "the work enqueued before the collective");
-}
-
-void DeviceStaging::synchronize(Stream stream) {
-  const int device = memory_->streamDevice(stream);
-  CurrentDevice current(*memory_, device);
-  useDevice(device);
-  memory_->record(synchronized_, stream);
-  waitFor(synchronized_, "the work enqueued before the collective");
 }
 
 }  // namespace gs::control

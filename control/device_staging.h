@@ -120,13 +120,9 @@ class DeviceStaging {
                    const StreamMark& issued,
                    const RunHost& runHost);
 
-  /// Host buffers of a non-blocking call with a stream: waits (bounded) until the caller's stream
-  /// has done the work it held when the call was issued.
+  /// Host buffers with a stream: waits (bounded by the timeout) until the caller's stream has
+  /// done the work it held when the mark was made (at the call, or when a request was issued).
   void waitFor(const StreamMark& issued);
-
-  /// Host buffers with a stream: waits until the stream has finished the work enqueued on it so
-  /// far (the caller's producers), bounded by the timeout.
-  void synchronize(Stream stream);
 
  private:
   struct Layout;
@@ -154,7 +150,6 @@ class DeviceStaging {
   size_t slotCapacity_ = 0;
   codecs::DeviceMemory::Event* inputCopied_[2] = {nullptr, nullptr};
   codecs::DeviceMemory::Event* resultsCopied_ = nullptr;  // after the last call's result copies
-  codecs::DeviceMemory::Event* synchronized_ = nullptr;   // synchronize()'s marker
   int eventsDevice_ = -1;        // device the events were created on; -1: none
   Stream sideStream_ = nullptr;  // runIssued's copies; null until the first one
   int sideStreamDevice_ = -1;

@@ -20,12 +20,8 @@ GradientStream::GradientStream(Communicator& comm,
       op_(op),
       elementSize_(elementSize(dtype)),
       errorFeedback_(config.errorFeedback),
-      cudaStream_(config.cudaStream),
-      staged_(comm.bufferDevice(buffer) >= 0) {
+      cudaStream_(config.cudaStream) {
   GS_CHECK(buffer != nullptr || count == 0, Errc::kInvalidArgument, "buffer is NULL");
-  GS_CHECK(!errorFeedback_ || staged_ || cudaStream_ == nullptr, Errc::kUnsupported,
-           "error feedback on a host buffer with a cuda_stream: the residual would be added "
-           "before the stream's work wrote the buffer (give the device buffer, or no stream)");
   GS_CHECK(config.bucketBytes >= static_cast<size_t>(elementSize_), Errc::kInvalidArgument,
            "bucket_bytes %zu is smaller than one element", config.bucketBytes);
   if (!config.codec.empty()) {
@@ -114,14 +110,9 @@ void GradientStream::submitReady() {
     args.op = op_;
     if (codec_ && codec_->supports(dtype_))
       args.codec = codec_.get();
-    if (errorFeedback_) {
-      void* r = residual_.data() + b.offset * codecs::residualElementSize(dtype_);
-      if (!staged_) {
-        codecs::applyResidual(dtype_, data, r, b.count);
-        memset(r, 0, b.count * codecs::residualElementSize(dtype_));
-      }
-      args.residual = r;
-    }
+    // The communicator adds the residual once the stream's producers are done.
+    if (errorFeedback_)
+      args.residual = residual_.data() + b.offset * codecs::residualElementSize(dtype_);
     b.request = comm_.submit(args, cudaStream_);
     ++nextToSubmit_;
   }

@@ -29,7 +29,8 @@ struct GradientStreamConfig {
 /// backward pass produces them), so ranks may mark ranges in different orders: a rank hands
 /// bucket b over once b is complete here and every bucket before it in that order was handed
 /// over. With error feedback each bucket's residual (what the lossy codec dropped last time)
-/// is added before it is sent, and the engine records the new residual.
+/// is added before it is sent (by the communicator, see Communicator::run), and the engine
+/// records the new residual.
 ///
 /// CUDA: the buffer may be device memory. A bucket then reads what config.cudaStream's work
 /// enqueued before the ready() call that handed it over, through pinned host staging; the
@@ -75,7 +76,6 @@ class GradientStream {
   std::unique_ptr<codecs::Codec> codec_;  // null: the communicator's
   bool errorFeedback_;
   CUstream_st* cudaStream_;
-  bool staged_;                    // device buffer: the staging adds the residual, not ready()
   std::vector<uint8_t> residual_;  // error feedback state, one element per element
   std::vector<Bucket> buckets_;    // in buffer order; reduced from the last one down
   size_t nextToSubmit_ = 0;        // index into the reduction order

@@ -289,8 +289,7 @@ typedef struct {
    * bucket reads what was enqueued there before the gs_stream_ready call that completed it; the
    * buffer may be device memory (pinned host staging, as gs_iallreduce; the error-feedback
    * residual stays in host memory). A host buffer with a non-NULL stream likewise waits for its
-   * work (error feedback is then GS_ERR_UNSUPPORTED: the residual is added on the host at
-   * gs_stream_ready time). */
+   * work. With error feedback the residual is added once that work is done. */
   struct CUstream_st* cuda_stream;
 } gs_stream_config_t;
 

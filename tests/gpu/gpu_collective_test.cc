@@ -17,6 +17,7 @@
 #include "gpu/cuda_assert.h"
 #include "gradstream/gradstream.h"
 #include "unit/capi/rank_threads.h"
+#include "unit/control/staging_inputs.h"
 
 namespace gs::testing {
 namespace {
@@ -27,11 +28,6 @@ const char* noDeviceReason() {
   if (e != cudaSuccess)
     return cudaGetErrorString(e);
   return n > 0 ? nullptr : "no CUDA device";
-}
-
-// Element i of rank r's input: small integers, exact in float32 sums.
-float inputValue(int rank, size_t i) {
-  return static_cast<float>((i * 7 + static_cast<size_t>(rank) * 13) % 1000) - 300.f;
 }
 
 struct DeviceBuffer {
@@ -234,11 +230,6 @@ TEST_P(GpuCollective, NonBlockingAllReduceOnDeviceBuffersKeepsTheIssuingStreamsO
     cudaStreamDestroy(reader);
     cudaStreamDestroy(s);
   });
-}
-
-float gradient(int rank, size_t i, int iter) {
-  return std::sin(0.0013f * static_cast<float>(i) + 0.7f * static_cast<float>(rank + iter)) *
-         (1.f + 0.25f * static_cast<float>(iter));
 }
 
 TEST_P(GpuCollective, GradientStreamOnADeviceBufferMatchesAHostOneWithErrorFeedback) {

@@ -76,32 +76,47 @@ TEST_F(FakeDeviceRequests, RequestReadsWhatTheStreamWroteBeforeTheCall) {
   EXPECT_EQ(fake_->streamsCreated() - fake_->streamsDestroyed(), 2 * kRanks);
 }
 
-float gradient(int rank, size_t i, int iter) {
-  return std::sin(0.0013f * static_cast<float>(i) + 0.7f * static_cast<float>(rank + iter)) *
-         (1.f + 0.25f * static_cast<float>(iter));
-}
-
 // A gradient stream over a device buffer, with a lossy codec and error feedback, ends every
 // iteration with the same bits (and the same residual) as one over a host buffer holding the
-// same gradients. The device stream's buckets are three staging pieces each; the host stream's
-// buckets are those pieces, so both run the same collectives on the same values.
+// same gradients; so does one over a host buffer the producer stream writes. The device
+// stream's buckets are three staging pieces each; the host streams' buckets are those pieces,
+// so all run the same collectives on the same values.
 TEST_F(FakeDeviceRequests, GradientStreamOnDeviceMatchesHostBitForBitWithErrorFeedback) {
   constexpr int kRanks = 2;
   constexpr int kIterations = 3;
   const size_t count = 100000;
   const size_t piece = 16384;  // floats in a 64 KiB staging slot
   expectAllOk(runRanks(kRanks, fake_, {}, [&](int r, Communicator& comm) {
+    std::vector<float> host(count), streamedHost(count);  // outlive the producer's kernels
     HeldStream producer(*fake_, /*hold=*/false);
-    std::vector<float> host(count);
     void* dev = fake_->allocDevice(count * 4);
     GradientStreamConfig cfg;
     cfg.codec = "int8";
     cfg.errorFeedback = true;
     cfg.bucketBytes = piece * 4;
     GradientStream onHost(comm, host.data(), count, DataType::kFloat32, ReduceOp::kSum, cfg);
-    cfg.bucketBytes = 3 * piece * 4;
     cfg.cudaStream = producer.stream;
+    GradientStream onStreamedHost(comm, streamedHost.data(), count, DataType::kFloat32,
+                                  ReduceOp::kSum, cfg);
+    cfg.bucketBytes = 3 * piece * 4;
     GradientStream onDevice(comm, dev, count, DataType::kFloat32, ReduceOp::kSum, cfg);
+    // The backward pass: kernels on the producer stream write the gradients; ranges are marked
+    // ready as soon as their kernels are enqueued, in a rank-dependent order.
+    auto backward = [&](GradientStream& stream, void* buf, const std::vector<float>& g) {
+      stream.begin();
+      const size_t half = count / 2;
+      produceLater(*fake_, producer.stream, static_cast<float*>(buf) + half,
+                   {g.begin() + half, g.end()});
+      produceLater(*fake_, producer.stream, buf, {g.begin(), g.begin() + half});
+      if (r == 0) {
+        stream.ready(half, count - half);
+        stream.ready(0, half);
+      } else {
+        stream.ready(0, half);
+        stream.ready(half, count - half);
+      }
+      stream.wait(15000);
+    };
     for (int iter = 0; iter < kIterations; ++iter) {
       std::vector<float> g(count);
       for (size_t i = 0; i < count; ++i)
@@ -110,28 +125,18 @@ TEST_F(FakeDeviceRequests, GradientStreamOnDeviceMatchesHostBitForBitWithErrorFe
       onHost.begin();
       onHost.ready(0, count);
       onHost.wait(15000);
-      // The backward pass: kernels on the producer stream write the device gradients; ranges
-      // are marked ready as soon as their kernels are enqueued, in a rank-dependent order.
-      onDevice.begin();
-      const size_t half = count / 2;
-      produceLater(*fake_, producer.stream, static_cast<float*>(dev) + half,
-                   {g.begin() + half, g.end()});
-      produceLater(*fake_, producer.stream, dev, {g.begin(), g.begin() + half});
-      if (r == 0) {
-        onDevice.ready(half, count - half);
-        onDevice.ready(0, half);
-      } else {
-        onDevice.ready(0, half);
-        onDevice.ready(half, count - half);
-      }
-      onDevice.wait(15000);
+      backward(onDevice, dev, g);
       ASSERT_EQ(memcmp(dev, host.data(), count * 4), 0) << "rank " << r << " iteration " << iter;
+      backward(onStreamedHost, streamedHost.data(), g);
+      ASSERT_EQ(streamedHost, host) << "rank " << r << " iteration " << iter;
     }
     ASSERT_EQ(onDevice.residualBytes(), count * 4);
-    std::vector<float> hostResidual(count), deviceResidual(count);
+    std::vector<float> hostResidual(count), deviceResidual(count), streamedResidual(count);
     onHost.saveResidual(hostResidual.data(), count * 4);
     onDevice.saveResidual(deviceResidual.data(), count * 4);
+    onStreamedHost.saveResidual(streamedResidual.data(), count * 4);
     EXPECT_EQ(hostResidual, deviceResidual);
+    EXPECT_EQ(hostResidual, streamedResidual);
     size_t nonzero = 0;
     for (float v : deviceResidual)
       nonzero += v != 0.f;

@@ -15,10 +15,13 @@
 #include "control/bootstrap.h"
 #include "control/communicator.h"
 #include "fake_device_memory.h"
+#include "staging_inputs.h"
 
 namespace gs::control::staging_test {
 
 using gs::testing::FakeDeviceMemory;
+using gs::testing::gradient;
+using gs::testing::inputValue;
 using stream::CollectiveArgs;
 using stream::CollectiveKind;
 using Stream = codecs::DeviceMemory::Stream;
@@ -65,11 +68,6 @@ inline std::vector<std::string> runRanks(int nranks,
 inline void expectAllOk(const std::vector<std::string>& errors) {
   for (size_t r = 0; r < errors.size(); ++r)
     EXPECT_EQ(errors[r], "") << "rank " << r;
-}
-
-// Element i of rank r's input: exact in float32 sums of a few ranks.
-inline float inputValue(int rank, size_t i) {
-  return static_cast<float>((i * 7 + static_cast<size_t>(rank) * 13) % 1000) - 300.f;
 }
 
 inline CollectiveArgs argsOf(CollectiveKind kind, const void* send, void* recv, size_t count) {
