@@ -153,12 +153,12 @@ void CodecPolicy::decideRung(const LinkObservation& w) {
     moveTo(cur - 1, "precision is cheap");
     return;
   }
-  // Probe the most precise rung with no figure first: the ladder need not be monotone (bf16
-  // can be slower than raw where the CPU, not the link, is the bottleneck).
+  // Probe the most precise rung with no current figure first: the ladder need not be monotone
+  // (bf16 can be slower than raw where the CPU, not the link, is the bottleneck).
   if (cur > 0 && now >= nextUp_) {
     int target = cur - 1;
     for (int k = cur - 1; k >= 0; --k) {
-      if (!banned(k, now) && !known(k))
+      if (!banned(k, now) && !fresh(k, now))
         target = k;
     }
     if (!banned(target, now)) {

@@ -34,6 +34,11 @@ struct CodecPolicyConfig {
   std::chrono::nanoseconds maxProbeInterval = std::chrono::seconds(16);
   double probeWindows = 3;
   std::chrono::nanoseconds errorHold = std::chrono::seconds(30);
+  /// A figure measured longer ago than this is history when probing up: its rung counts as
+  /// unmeasured. The link can change without the rung in use noticing (a recovery that comes
+  /// while a rung never measured before is being tried), and a stale low figure for raw would
+  /// otherwise keep the link compressed for good.
+  std::chrono::nanoseconds estimateLifetime = std::chrono::seconds(2);
   /// The link is the bottleneck (worth compressing for) when ready chunks waited for the
   /// receiver's credits at least this share of the busy time, or the transport's rtt rose to
   /// rttInflation times its minimum; and the encoder is not (it took less than maxEncodeShare).
@@ -94,6 +99,9 @@ class CodecPolicy {
     bool valid = false;
   };
   bool known(int rung) const { return estimates_[rung].valid; }
+  bool fresh(int rung, TimePoint now) const {
+    return known(rung) && now - estimates_[rung].at <= config_.estimateLifetime;
+  }
   bool linkBound(const LinkObservation& window) const;
   void moveTo(int rung, const char* why);
   void decideRung(const LinkObservation& window);

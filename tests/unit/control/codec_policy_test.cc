@@ -149,6 +149,45 @@ TEST(CodecPolicy, RateCutAndRecovery) {
   EXPECT_EQ(sim.last(), 0);
 }
 
+// The trace of a congestion.ratecut run that stayed compressed: the recovery came just as the
+// policy stepped from bf16 to fp8, a rung never measured before, so nothing looked changed.
+// raw and bf16 kept the figures of the cut; every probe up then tried fp8, which this CPU runs
+// slower than int8, and the link stayed at int8 although raw was now the fastest. Figures age:
+// once raw's is stale a probe up tries raw again.
+TEST(CodecPolicy, RecoveryDuringAProbeToAnUnmeasuredRungStillReturnsToRaw) {
+  CodecPolicy policy(Sim::config(), 1 << 20);
+  TimePoint now{};
+  // Logical GB/s per rung; every window link-bound (credit waits), as on the busy 2-core host.
+  const double cut[] = {0.06e9, 0.11e9, 0.11e9, 0.11e9, 0.11e9};
+  const double recovered[] = {2.0e9, 1.0e9, 1.1e9, 1.65e9, 1.75e9};
+  auto window = [&](const double* goodput) {
+    const int rung = policy.current().rung;
+    LinkObservation o;
+    o.now = now;
+    o.rung = rung;
+    o.logicalBytes = 64 << 20;
+    o.busySeconds = static_cast<double>(o.logicalBytes) / goodput[rung];
+    o.wireBytes = static_cast<uint64_t>(o.logicalBytes * kRatio[rung]);
+    o.creditWaitSeconds = 0.2 * o.busySeconds;
+    now += std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::duration<double>(o.busySeconds));
+    policy.observe(o);
+  };
+  // The cut: down from raw until the policy moves on to fp8 (not measured yet).
+  for (int i = 0; i < 20 && policy.current().rung < 2; ++i)
+    window(cut);
+  ASSERT_EQ(policy.current().rung, 2) << "the cut should reach fp8";
+  ASSERT_EQ(policy.estimate(2), 0) << "fp8 not measured during the cut";
+  const TimePoint recovery = now;
+  bool raw = false;
+  while (!raw && now - recovery < std::chrono::seconds(10)) {
+    window(recovered);
+    raw = policy.current().rung == 0;
+  }
+  EXPECT_TRUE(raw) << "still at rung " << policy.current().rung << " 10 s after the recovery";
+  EXPECT_LT(now - recovery, std::chrono::seconds(5)) << "back at raw, but later than 5 s";
+}
+
 TEST(CodecPolicy, HysteresisBetweenRungsOfSimilarSpeed) {
   // Two rungs within the margin of each other, noisy: the rung must not alternate.
   Sim sim;
