@@ -237,6 +237,73 @@ gs::stream::CollectiveArgs allreduceArgs(
   return reduceArgs(gs::stream::CollectiveKind::kAllReduce, send, recv, count, dtype, op);
 }
 
+
+gs::stream::CollectiveArgs reduceScatterArgs(const void* send,
+                                             void* recv,
+                                             size_t recvcount,
+                                             gs_dtype_t dtype,
+                                             gs_redop_t op,
+                                             gs_comm_t comm) {
+  auto& c = communicator(comm);
+  checkTypes(dtype, op);
+  checkBlockBuffers(c, send, recv, recvcount, dtype, "recvcount", true);
+  return reduceArgs(gs::stream::CollectiveKind::kReduceScatter, send, recv, recvcount, dtype, op);
+}
+
+gs::stream::CollectiveArgs allgatherArgs(
+    const void* send, void* recv, size_t sendcount, gs_dtype_t dtype, gs_comm_t comm) {
+  auto& c = communicator(comm);
+  checkTypes(dtype, GS_SUM);
+  checkBlockBuffers(c, send, recv, sendcount, dtype, "sendcount", false);
+  return reduceArgs(gs::stream::CollectiveKind::kAllGather, send, recv, sendcount, dtype, GS_SUM);
+}
+
+gs::stream::CollectiveArgs broadcastArgs(
+    const void* send, void* recv, size_t count, gs_dtype_t dtype, int root, gs_comm_t comm) {
+  auto& c = communicator(comm);
+  checkTypes(dtype, GS_SUM);
+  GS_ARG(root >= 0 && root < c.size(), "root %d is out of range [0, %d)", root, c.size());
+  const size_t bytes = bytesOf(count, dtype, 1, "count");
+  GS_ARG(count == 0 || c.rank() != root || send != nullptr, "sendbuff is NULL on the root");
+  GS_ARG(count == 0 || recv != nullptr, "recvbuff is NULL");
+  if (c.rank() == root)
+    checkOverlap(send, bytes, recv, bytes, recv);
+  auto args = reduceArgs(gs::stream::CollectiveKind::kBroadcast, send, recv, count, dtype, GS_SUM);
+  args.root = root;
+  return args;
+}
+
+// Blocking calls: a count of 0 checks its arguments and does nothing.
+void runBlocking(gs_comm_t comm, const gs::stream::CollectiveArgs& args, CUstream_st* stream) {
+  if (args.count > 0)
+    communicator(comm).run(args, stream);
+}
+
+// Non-blocking calls: a request for the progress thread, or one complete at once for count 0.
+void issue(gs_comm_t comm,
+           const gs::stream::CollectiveArgs& args,
+           CUstream_st* stream,
+           gs_request_t* out_request) {
+  GS_ARG(out_request != nullptr, "out_request is NULL");
+  auto& c = communicator(comm);
+  auto handle = std::make_unique<gs_request_s>();
+  handle->timeoutMs = c.config().timeoutMs;
+  if (args.count > 0) {
+    handle->request = c.submit(args, stream);
+  } else {
+    handle->request = std::make_shared<gs::control::Request>(args);
+    handle->request->complete(Errc::kOk, "");
+  }
+  *out_request = handle.release();
+}
+
+// A C callback as a Request callback: the message is valid only during the call.
+gs::control::Request::Callback completionCallback(gs_completion_fn fn, void* user) {
+  return [fn, user](Errc code, const std::string& message) {
+    fn(static_cast<gs_status_t>(code), message.c_str(), user);
+  };
+}
+
 }  // namespace
 
 extern "C" {
@@ -419,10 +486,7 @@ gs_status_t gs_allreduce(const void* sendbuff,
                          gs_comm_t comm,
                          struct CUstream_st* cuda_stream) {
   return guard([&] {
-    checkTypes(dtype, op);
-    auto args = allreduceArgs(sendbuff, recvbuff, count, dtype, op, comm);
-    if (count > 0)
-      communicator(comm).run(args, cuda_stream);
+    runBlocking(comm, allreduceArgs(sendbuff, recvbuff, count, dtype, op, comm), cuda_stream);
   });
 }
 
@@ -434,14 +498,8 @@ gs_status_t gs_reduce_scatter(const void* sendbuff,
                               gs_comm_t comm,
                               struct CUstream_st* cuda_stream) {
   return guard([&] {
-    auto& c = communicator(comm);
-    checkTypes(dtype, op);
-    checkBlockBuffers(c, sendbuff, recvbuff, recvcount, dtype, "recvcount", true);
-    if (recvcount > 0) {
-      c.run(reduceArgs(gs::stream::CollectiveKind::kReduceScatter, sendbuff, recvbuff, recvcount,
-                       dtype, op),
-            cuda_stream);
-    }
+    runBlocking(comm, reduceScatterArgs(sendbuff, recvbuff, recvcount, dtype, op, comm),
+                cuda_stream);
   });
 }
 
@@ -452,14 +510,7 @@ gs_status_t gs_allgather(const void* sendbuff,
                          gs_comm_t comm,
                          struct CUstream_st* cuda_stream) {
   return guard([&] {
-    auto& c = communicator(comm);
-    checkTypes(dtype, GS_SUM);
-    checkBlockBuffers(c, sendbuff, recvbuff, sendcount, dtype, "sendcount", false);
-    if (sendcount > 0) {
-      c.run(reduceArgs(gs::stream::CollectiveKind::kAllGather, sendbuff, recvbuff, sendcount, dtype,
-                       GS_SUM),
-            cuda_stream);
-    }
+    runBlocking(comm, allgatherArgs(sendbuff, recvbuff, sendcount, dtype, comm), cuda_stream);
   });
 }
 
@@ -471,20 +522,7 @@ gs_status_t gs_broadcast(const void* sendbuff,
                          gs_comm_t comm,
                          struct CUstream_st* cuda_stream) {
   return guard([&] {
-    auto& c = communicator(comm);
-    checkTypes(dtype, GS_SUM);
-    GS_ARG(root >= 0 && root < c.size(), "root %d is out of range [0, %d)", root, c.size());
-    const size_t bytes = bytesOf(count, dtype, 1, "count");
-    GS_ARG(count == 0 || c.rank() != root || sendbuff != nullptr, "sendbuff is NULL on the root");
-    GS_ARG(count == 0 || recvbuff != nullptr, "recvbuff is NULL");
-    if (c.rank() == root)
-      checkOverlap(sendbuff, bytes, recvbuff, bytes, recvbuff);
-    if (count > 0) {
-      auto args = reduceArgs(gs::stream::CollectiveKind::kBroadcast, sendbuff, recvbuff, count,
-                             dtype, GS_SUM);
-      args.root = root;
-      c.run(args, cuda_stream);
-    }
+    runBlocking(comm, broadcastArgs(sendbuff, recvbuff, count, dtype, root, comm), cuda_stream);
   });
 }
 
@@ -497,18 +535,57 @@ gs_status_t gs_iallreduce(const void* sendbuff,
                           struct CUstream_st* cuda_stream,
                           gs_request_t* out_request) {
   return guard([&] {
-    GS_ARG(out_request != nullptr, "out_request is NULL");
-    checkTypes(dtype, op);
-    auto args = allreduceArgs(sendbuff, recvbuff, count, dtype, op, comm);
-    auto handle = std::make_unique<gs_request_s>();
-    handle->timeoutMs = communicator(comm).config().timeoutMs;
-    if (count > 0) {
-      handle->request = communicator(comm).submit(args, cuda_stream);
-    } else {
-      handle->request = std::make_shared<gs::control::Request>(args);
-      handle->request->complete(Errc::kOk, "");
-    }
-    *out_request = handle.release();
+    issue(comm, allreduceArgs(sendbuff, recvbuff, count, dtype, op, comm), cuda_stream,
+          out_request);
+  });
+}
+
+gs_status_t gs_ireduce_scatter(const void* sendbuff,
+                               void* recvbuff,
+                               size_t recvcount,
+                               gs_dtype_t dtype,
+                               gs_redop_t op,
+                               gs_comm_t comm,
+                               struct CUstream_st* cuda_stream,
+                               gs_request_t* out_request) {
+  return guard([&] {
+    issue(comm, reduceScatterArgs(sendbuff, recvbuff, recvcount, dtype, op, comm), cuda_stream,
+          out_request);
+  });
+}
+
+gs_status_t gs_iallgather(const void* sendbuff,
+                          void* recvbuff,
+                          size_t sendcount,
+                          gs_dtype_t dtype,
+                          gs_comm_t comm,
+                          struct CUstream_st* cuda_stream,
+                          gs_request_t* out_request) {
+  return guard([&] {
+    issue(comm, allgatherArgs(sendbuff, recvbuff, sendcount, dtype, comm), cuda_stream,
+          out_request);
+  });
+}
+
+gs_status_t gs_ibroadcast(const void* sendbuff,
+                          void* recvbuff,
+                          size_t count,
+                          gs_dtype_t dtype,
+                          int root,
+                          gs_comm_t comm,
+                          struct CUstream_st* cuda_stream,
+                          gs_request_t* out_request) {
+  return guard([&] {
+    issue(comm, broadcastArgs(sendbuff, recvbuff, count, dtype, root, comm), cuda_stream,
+          out_request);
+  });
+}
+
+gs_status_t gs_request_on_complete(gs_request_t request, gs_completion_fn fn, void* user_data) {
+  return guard([&] {
+    GS_ARG(request != nullptr && request->request != nullptr, "request is NULL");
+    GS_ARG(fn != nullptr, "fn is NULL");
+    request->request->onComplete(completionCallback(fn, user_data));
   });
 }
 
@@ -622,6 +699,14 @@ gs_status_t gs_stream_wait(gs_stream_t stream, int timeout_ms) {
   return guard([&] {
     auto& s = gradientStream(stream);
     s.wait(timeout_ms >= 0 ? timeout_ms : stream->timeoutMs);
+  });
+}
+
+gs_status_t gs_stream_on_complete(gs_stream_t stream, gs_completion_fn fn, void* user_data) {
+  return guard([&] {
+    auto& s = gradientStream(stream);
+    GS_ARG(fn != nullptr, "fn is NULL");
+    s.onComplete(completionCallback(fn, user_data));
   });
 }
 

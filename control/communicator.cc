@@ -36,13 +36,39 @@ std::string hostName() {
 }  // namespace
 
 void Request::complete(Errc code, std::string message) {
+  std::vector<Callback> callbacks;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     done_ = true;
     status_ = code;
     message_ = std::move(message);
+    callbacks.swap(callbacks_);
   }
   cv_.notify_all();
+  // status_ and message_ no longer change once done_: read them without the lock.
+  for (auto& fn : callbacks)
+    runCallback(fn);
+}
+
+void Request::runCallback(const Callback& fn) const noexcept {
+  try {
+    fn(status_, message_);
+  } catch (const std::exception& e) {
+    GS_LOG_ERROR("a request's completion callback threw: %s", e.what());
+  } catch (...) {
+    GS_LOG_ERROR("a request's completion callback threw");
+  }
+}
+
+void Request::onComplete(Callback fn) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!done_) {
+      callbacks_.push_back(std::move(fn));
+      return;
+    }
+  }
+  runCallback(fn);
 }
 
 bool Request::done() const {

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -36,7 +37,16 @@ class Request {
   const stream::CollectiveArgs& args() const { return args_; }
   const StreamMark* issued() const { return issued_.get(); }
 
+  /// Called once when the request completes, with its status and message.
+  using Callback = std::function<void(Errc, const std::string&)>;
+
+  /// Marks the request done, wakes its waiters, then runs the callbacks (outside the lock, on
+  /// the completing thread: the progress thread, or the thread that completed it early).
   void complete(Errc code, std::string message);
+  /// Runs fn once the request is complete: at once on this thread when it already is,
+  /// otherwise on the thread that completes it. fn must not wait for later requests of the
+  /// same communicator (the progress thread is running fn).
+  void onComplete(Callback fn);
   bool done() const;
   /// Waits until done or the deadline; returns whether it is done.
   bool waitUntil(Deadline deadline) const;
@@ -44,6 +54,8 @@ class Request {
   std::string message() const;
 
  private:
+  void runCallback(const Callback& fn) const noexcept;  // logs what fn throws
+
   stream::CollectiveArgs args_;
   std::unique_ptr<StreamMark> issued_;
   mutable std::mutex mutex_;
@@ -51,6 +63,7 @@ class Request {
   bool done_ = false;
   Errc status_ = Errc::kOk;
   std::string message_;
+  std::vector<Callback> callbacks_;  // guarded by mutex_; run and cleared by complete()
 };
 
 /// One rank's membership in a communicator: the transport device, a link per peer its schedules

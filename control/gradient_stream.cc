@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <string>
 
 #include "common/error.h"
 
@@ -128,14 +130,60 @@ void GradientStream::waitAll(Deadline deadline) {
   }
 }
 
-void GradientStream::wait(int64_t timeoutMs) {
-  GS_CHECK(inIteration_, Errc::kInvalidArgument, "gs_stream_wait before gs_stream_begin");
+void GradientStream::checkAllMarked(const char* call) const {
+  GS_CHECK(inIteration_, Errc::kInvalidArgument, "%s before gs_stream_begin", call);
   if (nextToSubmit_ < buckets_.size()) {
     const Bucket& b = buckets_[buckets_.size() - 1 - nextToSubmit_];
     GS_CHECK(false, Errc::kInvalidArgument,
-             "gs_stream_wait: elements of [%zu, %zu) were never marked ready (%zu of %zu are)",
+             "%s: elements of [%zu, %zu) were never marked ready (%zu of %zu are)", call,
              b.offset, b.offset + b.count, b.readyCount, b.count);
   }
+}
+
+void GradientStream::onComplete(Request::Callback fn) {
+  checkAllMarked("gs_stream_on_complete");
+  // Shared by the buckets' callbacks: the last one to finish reports the iteration.
+  struct Pending {
+    std::mutex mutex;
+    size_t left = 0;
+    Errc code = Errc::kOk;
+    std::string message;
+    Request::Callback fn;
+  };
+  auto pending = std::make_shared<Pending>();
+  pending->fn = std::move(fn);
+  std::vector<std::shared_ptr<Request>> requests;
+  for (size_t i = 0; i < buckets_.size(); ++i) {  // reduction order: last bucket first
+    const auto& request = buckets_[buckets_.size() - 1 - i].request;
+    if (request != nullptr)
+      requests.push_back(request);
+  }
+  if (requests.empty()) {
+    pending->fn(Errc::kOk, "");
+    return;
+  }
+  pending->left = requests.size();
+  // Requests complete in issue order (the reduction order), so the first failure seen is the
+  // first in that order.
+  for (const auto& request : requests) {
+    request->onComplete([pending](Errc code, const std::string& message) {
+      bool last = false;
+      {
+        std::lock_guard<std::mutex> lock(pending->mutex);
+        if (code != Errc::kOk && pending->code == Errc::kOk) {
+          pending->code = code;
+          pending->message = message;
+        }
+        last = --pending->left == 0;
+      }
+      if (last)
+        pending->fn(pending->code, pending->message);
+    });
+  }
+}
+
+void GradientStream::wait(int64_t timeoutMs) {
+  checkAllMarked("gs_stream_wait");
   waitAll(Deadline::afterMs(timeoutMs));
   for (const Bucket& b : buckets_) {
     if (b.request && b.request->status() != Errc::kOk)

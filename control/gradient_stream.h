@@ -53,6 +53,11 @@ class GradientStream {
   /// Waits until every bucket is reduced; throws kTimeout when timeoutMs passes first (the
   /// iteration can be waited for again) or the collective's error.
   void wait(int64_t timeoutMs);
+  /// Ends the iteration without blocking: fn runs once every bucket is reduced, with the first
+  /// failure in reduction order (or kOk), on the thread that completes the last one (the
+  /// progress thread) or at once here when all are done. Every element must have been marked
+  /// ready. The next begin() may follow once fn ran.
+  void onComplete(Request::Callback fn);
 
   size_t residualBytes() const { return residual_.size(); }
   void saveResidual(void* out, size_t bytes) const;
@@ -65,6 +70,7 @@ class GradientStream {
     std::shared_ptr<Request> request;
   };
   void submitReady();
+  void checkAllMarked(const char* call) const;
   void waitAll(Deadline deadline);
 
   Communicator& comm_;

@@ -246,15 +246,17 @@ GS_API gs_status_t gs_broadcast(const void* sendbuff,
                                 struct CUstream_st* cuda_stream);
 
 /**
- * Non-blocking allreduce. Requests on one communicator complete in the order they were issued;
- * a progress thread of the communicator runs them, so the caller may compute in the meantime.
- * The buffers must stay valid until the request is complete.
- * CUDA: buffers may be device memory. The allreduce reads what the work enqueued on cuda_stream
- * (NULL: the legacy default stream) before this call wrote (an event is recorded on it now;
- * later work on the stream does not delay the request). Its copies run on the communicator's
- * own stream through pinned host staging, and the request completes (gs_test / gs_wait) once
- * the results are in recvbuff: any stream may then read them. Host buffers with a non-NULL
- * cuda_stream likewise wait for the stream's earlier work.
+ * Non-blocking collectives: the blocking calls' arguments and checks, plus *out_request.
+ * Requests on one communicator (of every kind, and gradient-stream buckets) complete in the
+ * order they were issued; a progress thread of the communicator runs them, so the caller may
+ * compute in the meantime. The buffers must stay valid until the request is complete. A blocking
+ * call issued after requests runs after them.
+ * CUDA: buffers may be device memory. The collective reads what the work enqueued on
+ * cuda_stream (NULL: the legacy default stream) before this call wrote (an event is recorded on
+ * it now; later work on the stream does not delay the request). Its copies run on the
+ * communicator's own stream through pinned host staging, and the request completes (gs_test /
+ * gs_wait / callback) once the results are in recvbuff: any stream may then read them. Host
+ * buffers with a non-NULL cuda_stream likewise wait for the stream's earlier work.
  */
 GS_API gs_status_t gs_iallreduce(const void* sendbuff,
                                  void* recvbuff,
@@ -264,6 +266,47 @@ GS_API gs_status_t gs_iallreduce(const void* sendbuff,
                                  gs_comm_t comm,
                                  struct CUstream_st* cuda_stream,
                                  gs_request_t* out_request);
+GS_API gs_status_t gs_ireduce_scatter(const void* sendbuff,
+                                      void* recvbuff,
+                                      size_t recvcount,
+                                      gs_dtype_t dtype,
+                                      gs_redop_t op,
+                                      gs_comm_t comm,
+                                      struct CUstream_st* cuda_stream,
+                                      gs_request_t* out_request);
+GS_API gs_status_t gs_iallgather(const void* sendbuff,
+                                 void* recvbuff,
+                                 size_t sendcount,
+                                 gs_dtype_t dtype,
+                                 gs_comm_t comm,
+                                 struct CUstream_st* cuda_stream,
+                                 gs_request_t* out_request);
+GS_API gs_status_t gs_ibroadcast(const void* sendbuff,
+                                 void* recvbuff,
+                                 size_t count,
+                                 gs_dtype_t dtype,
+                                 int root,
+                                 gs_comm_t comm,
+                                 struct CUstream_st* cuda_stream,
+                                 gs_request_t* out_request);
+
+/**
+ * Completion callback: status is the operation's (GS_OK or the error), message what
+ * gs_last_error() would say for it ("" on success; valid only during the call).
+ */
+typedef void (*gs_completion_fn)(gs_status_t status, const char* message, void* user_data);
+
+/**
+ * Calls fn(status, message, user_data) once when the request completes: on the communicator's
+ * progress thread right after the results are in place, or at once on the calling thread when
+ * it already has. Several callbacks may be registered; they run in registration order. fn must
+ * return promptly and must not wait for a later request of the same communicator (the progress
+ * thread is running fn); it may call gs_request_free on this request. The request handle must
+ * still be freed with gs_request_free (which returns at once for a finished request).
+ */
+GS_API gs_status_t gs_request_on_complete(gs_request_t request,
+                                          gs_completion_fn fn,
+                                          void* user_data);
 /** *out_done = 1 when finished; returns the operation's status once finished. */
 GS_API gs_status_t gs_test(gs_request_t request, int* out_done);
 /** Waits up to timeout_ms (negative: the communicator's timeout); GS_ERR_TIMEOUT if still busy. */
@@ -310,6 +353,15 @@ GS_API gs_status_t gs_stream_ready(gs_stream_t stream, size_t offset, size_t cou
 /** Waits until every bucket is reduced on this rank (timeout_ms < 0: the communicator's
  * timeout). GS_ERR_INVALID_ARGUMENT if some range was never marked ready. */
 GS_API gs_status_t gs_stream_wait(gs_stream_t stream, int timeout_ms);
+/** Ends the iteration without blocking (instead of gs_stream_wait): fn(status, message,
+ * user_data) runs once every bucket is reduced on this rank, with the first failure in reduction
+ * order or GS_OK, on the progress thread (or at once here when all are done already; the rules
+ * of gs_request_on_complete apply). GS_ERR_INVALID_ARGUMENT if some range was never marked
+ * ready. The next gs_stream_begin, residual save / load and gs_stream_close may follow once fn
+ * has been called. */
+GS_API gs_status_t gs_stream_on_complete(gs_stream_t stream,
+                                         gs_completion_fn fn,
+                                         void* user_data);
 /** Waits (bounded) for work in flight, then frees the stream. NULL is a no-op. */
 GS_API gs_status_t gs_stream_close(gs_stream_t stream);
 /** Error-feedback state, for checkpoints: its size, and a copy out / in (between iterations). */

@@ -1,11 +1,15 @@
 // Every collective, dtype and op with odd sizes, N ranks as threads over the loopback, tcp and
 // shm transports (shm: rank_threads.h; needs the shm backend, fails where it cannot open),
 // checked element by element against a reference computed here.
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <thread>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -365,6 +369,126 @@ TEST_P(CollectivesTest, NonBlockingRequestsCompleteInOrder) {
       if (bufs[k][count - 1] != want)
         f.add("iallreduce result wrong");
       gs_request_free(reqs[k]);
+    }
+  });
+  EXPECT_TRUE(f.list.empty()) << f.list.front();
+}
+
+// Records completion callbacks: which request, on which thread, with what status, in order.
+struct Completions {
+  std::mutex mutex;
+  std::vector<int> order;
+  std::vector<gs_status_t> status;
+  std::vector<std::thread::id> threads;
+  static void record(gs_status_t s, const char* /*message*/, void* user) {
+    auto* slot = static_cast<std::pair<Completions*, int>*>(user);
+    std::lock_guard<std::mutex> lock(slot->first->mutex);
+    slot->first->order.push_back(slot->second);
+    slot->first->status.push_back(s);
+    slot->first->threads.push_back(std::this_thread::get_id());
+  }
+};
+
+// gs_ireduce_scatter, gs_iallgather, gs_ibroadcast and gs_iallreduce queued back to back: each
+// result exact, callbacks in issue order on the progress thread (not the caller's) before
+// gs_wait is ever called.
+TEST_P(CollectivesTest, EveryNonBlockingKindCompletesInOrderWithCallbacks) {
+  const int n = nranks();
+  Failures f;
+  runRanks(n, options(), [&](int rank, gs_comm_t comm) {
+    const size_t count = 3001;  // per rank block: not a multiple of anything
+    std::vector<float> rsIn(count * n), rsOut(count), agIn(count), agOut(count * n),
+        bc(count), ar(count);
+    for (size_t i = 0; i < rsIn.size(); ++i)
+      rsIn[i] = static_cast<float>(i % 7 + rank);
+    for (size_t i = 0; i < count; ++i) {
+      agIn[i] = static_cast<float>(rank * 10 + i % 3);
+      bc[i] = rank == n - 1 ? static_cast<float>(i % 11) : -1.0f;
+      ar[i] = static_cast<float>(rank + 1);
+    }
+    Completions done;
+    std::vector<std::pair<Completions*, int>> slots;
+    for (int k = 0; k < 5; ++k)
+      slots.emplace_back(&done, k);
+    gs_request_t reqs[5] = {};
+    const bool issued =
+        gs_ireduce_scatter(rsIn.data(), rsOut.data(), count, GS_FLOAT32, GS_SUM, comm, nullptr,
+                           &reqs[0]) == GS_OK &&
+        gs_iallgather(agIn.data(), agOut.data(), count, GS_FLOAT32, comm, nullptr, &reqs[1]) ==
+            GS_OK &&
+        gs_ibroadcast(bc.data(), bc.data(), count, GS_FLOAT32, n - 1, comm, nullptr, &reqs[2]) ==
+            GS_OK &&
+        gs_iallreduce(ar.data(), ar.data(), count, GS_FLOAT32, GS_MAX, comm, nullptr, &reqs[3]) ==
+            GS_OK &&
+        gs_iallreduce(ar.data(), ar.data(), 0, GS_FLOAT32, GS_SUM, comm, nullptr, &reqs[4]) ==
+            GS_OK;
+    if (!issued) {
+      f.add(gs_last_error());
+      return;
+    }
+    for (int k = 0; k < 5; ++k) {
+      if (gs_request_on_complete(reqs[k], Completions::record, &slots[k]) != GS_OK)
+        f.add(gs_last_error());
+    }
+    // Wait for the callbacks alone (bounded): nobody calls gs_wait before they ran.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(done.mutex);
+        if (done.order.size() == 5)
+          break;
+      }
+      if (std::chrono::steady_clock::now() > until) {
+        f.add("callbacks did not all run within 15 s");
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    // The count-0 request was complete at issue: its callback ran at once, on this thread. The
+    // four others ran on the progress thread in issue order.
+    std::vector<int> issuedOrder;
+    for (size_t i = 0; i < done.order.size(); ++i) {
+      if (done.status[i] != GS_OK)
+        f.add("a callback reported an error");
+      if (done.order[i] == 4) {
+        if (done.threads[i] != std::this_thread::get_id())
+          f.add("the callback of a finished request did not run at once on the caller");
+        continue;
+      }
+      issuedOrder.push_back(done.order[i]);
+      if (done.threads[i] == std::this_thread::get_id())
+        f.add("a pending request's callback ran on the caller's thread");
+    }
+    if (issuedOrder != std::vector<int>({0, 1, 2, 3}))
+      f.add("callbacks out of issue order");
+    for (auto& r : reqs) {
+      if (gs_wait(r, 0) != GS_OK)
+        f.add(gs_last_error());
+      gs_request_free(r);
+    }
+    for (size_t i = 0; i < count; ++i) {
+      float want = 0;
+      for (int q = 0; q < n; ++q)
+        want += static_cast<float>((rank * count + i) % 7 + q);
+      if (rsOut[i] != want) {
+        f.add("ireduce_scatter result wrong");
+        break;
+      }
+    }
+    for (int q = 0; q < n; ++q) {
+      for (size_t i = 0; i < count; ++i) {
+        if (agOut[q * count + i] != static_cast<float>(q * 10 + i % 3)) {
+          f.add("iallgather result wrong");
+          q = n;
+          break;
+        }
+      }
+    }
+    for (size_t i = 0; i < count; ++i) {
+      if (bc[i] != static_cast<float>(i % 11) || ar[i] != static_cast<float>(n)) {
+        f.add("ibroadcast or iallreduce result wrong");
+        break;
+      }
     }
   });
   EXPECT_TRUE(f.list.empty()) << f.list.front();

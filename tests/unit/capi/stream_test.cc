@@ -1,10 +1,13 @@
 // Gradient streams through the C API: buckets reduced as ranges become ready (in different
 // orders on different ranks), and error feedback making a lossy codec unbiased over iterations.
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -96,6 +99,70 @@ TEST(GradientStream, MisuseIsAnErrorNotAHang) {
               GS_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(gs_stream_close(nullptr), GS_OK);
   });
+}
+
+struct IterationDone {
+  std::atomic<int> calls{0};
+  std::atomic<int> status{1};
+  std::thread::id thread;
+  static void record(gs_status_t st, const char* /*message*/, void* user) {
+    auto* d = static_cast<IterationDone*>(user);
+    d->thread = std::this_thread::get_id();
+    d->status.store(st);
+    d->calls.fetch_add(1);
+  }
+  bool waitFor(int calls) const {  // bounded: 15 s
+    for (int i = 0; i < 15000 && this->calls.load() < calls; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return this->calls.load() >= calls;
+  }
+};
+
+// gs_stream_on_complete ends an iteration without blocking: the callback runs once per iteration
+// on the progress thread after every bucket is reduced, and the next iteration starts without a
+// gs_stream_wait.
+TEST(GradientStream, OnCompleteEndsTheIterationWithoutBlocking) {
+  const int n = 2;
+  const size_t count = 10007;
+  std::vector<std::string> errors(n);
+  runRanks(n, RankOptions{}, [&](int rank, gs_comm_t comm) {
+    std::vector<float> buf(count);
+    gs_stream_config_t cfg;
+    gs_stream_config_init(&cfg);
+    cfg.bucket_bytes = 8192;  // 5 buckets
+    gs_stream_t s = nullptr;
+    ASSERT_EQ(gs_stream_open(comm, buf.data(), count, GS_FLOAT32, GS_SUM, &cfg, &s), GS_OK);
+    IterationDone done;
+    for (int iter = 1; iter <= 3; ++iter) {
+      for (size_t i = 0; i < count; ++i)
+        buf[i] = grad(rank, i) * static_cast<float>(iter);
+      ASSERT_EQ(gs_stream_begin(s), GS_OK) << gs_last_error();
+      ASSERT_EQ(gs_stream_ready(s, 0, count / 2), GS_OK);
+      EXPECT_EQ(gs_stream_on_complete(s, IterationDone::record, &done), GS_ERR_INVALID_ARGUMENT)
+          << "on_complete with ranges not marked";
+      EXPECT_NE(std::string(gs_last_error()).find("never marked"), std::string::npos);
+      ASSERT_EQ(gs_stream_ready(s, count / 2, count - count / 2), GS_OK);
+      ASSERT_EQ(gs_stream_on_complete(s, IterationDone::record, &done), GS_OK) << gs_last_error();
+      if (!done.waitFor(iter)) {
+        errors[rank] = "callback did not run within 15 s";
+        break;
+      }
+      EXPECT_EQ(done.calls.load(), iter) << "one callback per iteration";
+      EXPECT_EQ(done.status.load(), GS_OK);
+      EXPECT_NE(done.thread, std::this_thread::get_id()) << "ran on the caller, not the progress "
+                                                            "thread";
+      for (size_t i = 0; i < count; i += 97) {
+        const float want = static_cast<float>(iter) * (grad(0, i) + grad(1, i));
+        if (std::fabs(buf[i] - want) > 1e-4f * (1 + std::fabs(want))) {
+          errors[rank] = "wrong sum at element " + std::to_string(i);
+          break;
+        }
+      }
+    }
+    gs_stream_close(s);
+  });
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
 // The same gradient every iteration: with int4 and no feedback each iteration makes the same
