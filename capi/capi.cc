@@ -585,7 +585,9 @@ gs_status_t gs_request_on_complete(gs_request_t request, gs_completion_fn fn, vo
   return guard([&] {
     GS_ARG(request != nullptr && request->request != nullptr, "request is NULL");
     GS_ARG(fn != nullptr, "fn is NULL");
-    request->request->onComplete(completionCallback(fn, user_data));
+    // fn may free the handle (and with it this reference) while it runs: hold one of our own.
+    const std::shared_ptr<gs::control::Request> keep = request->request;
+    keep->onComplete(completionCallback(fn, user_data));
   });
 }
 

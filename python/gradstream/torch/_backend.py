@@ -1,0 +1,378 @@
+"""ProcessGroupGradstream: the torch.distributed backend "gradstream".
+
+A Python ProcessGroup (torch 2.x calls its methods for every collective) over one gradstream
+communicator per group. Each call validates its tensors, queues non-blocking gradstream requests
+and returns a Work whose future the communicator's progress thread completes: DDP and
+``async_op=True`` callers never need to call wait() for the work to finish.
+"""
+import datetime
+import threading
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+
+from .. import _comm
+from ..errors import GradstreamError
+from . import _tensors as T
+
+
+class _Completion:
+    """Completes a future once `count` requests finished: the first error, or the result after
+    the write-backs (copies of staged results into non-contiguous or list outputs) ran."""
+
+    def __init__(self, future, result, count, what, finish=()):
+        self._future = future
+        self._result = result
+        self._left = count
+        self._what = what
+        self._finish = list(finish)
+        self._error = None
+        self._lock = threading.Lock()
+        self._held = []
+
+    def hold(self, *tensors):
+        """Keeps staging tensors alive until the requests reading them completed."""
+        self._held.extend(tensors)
+
+    def __call__(self, status, message):
+        with self._lock:
+            if status != 0 and self._error is None:
+                self._error = GradstreamError(status, message, self._what)
+            self._left -= 1
+            if self._left > 0:
+                return
+        if self._error is not None:
+            self._future.set_exception(self._error)
+            return
+        try:
+            for fn in self._finish:
+                fn()
+        except Exception as e:  # a write-back failed: report it on the future
+            self._future.set_exception(e)
+            return
+        self._future.set_result(self._result)
+
+
+def _timeout_ms(timeout):
+    if timeout is None:
+        return None
+    if isinstance(timeout, datetime.timedelta):
+        return max(1, int(timeout.total_seconds() * 1000))
+    return int(timeout)
+
+
+class ProcessGroupGradstream(dist.ProcessGroup):
+    """One rank of a torch.distributed group backed by a gradstream communicator.
+
+    Made by ``dist.init_process_group("gradstream")`` and ``dist.new_group(backend=
+    "gradstream")`` (the backend creator below). The rendezvous goes through the group's Store:
+    rank 0 publishes a unique id under ``gradstream/unique_id/<n>``. The group's timeout is the
+    communicator's (GS_TIMEOUT_MS, when set, wins, as every GS_* variable does).
+    """
+
+    def __init__(self, store, rank, size, timeout=None, **options):
+        super().__init__(rank, size)
+        self._store = store
+        self._group_rank = rank
+        self._group_size = size
+        self._timeout_ms = _timeout_ms(timeout)
+        self._options = options
+        self._communicators = 0
+        self._comm = self.new_communicator()
+
+    # -- identity --------------------------------------------------------------------------
+    def getBackendName(self):
+        return "gradstream"
+
+    def __repr__(self):
+        return f"ProcessGroupGradstream(rank={self._group_rank}, size={self._group_size})"
+
+    @property
+    def communicator(self):
+        """The gradstream.Communicator of this group."""
+        return self._comm
+
+    def new_communicator(self, **options):
+        """Another communicator over the same ranks (collective: every rank calls it in the same
+        order), e.g. one with codec="auto" for a comm hook. Options as gs_config_t's fields."""
+        merged = dict(self._options)
+        merged.setdefault("timeout_ms", self._timeout_ms)
+        merged.update(options)
+        key = f"gradstream/unique_id/{self._communicators}"
+        self._communicators += 1
+        return _comm.Communicator.from_store(self._store, self._group_rank, self._group_size,
+                                             key=key, **merged)
+
+    def stats(self):
+        return self._comm.stats()
+
+    def shutdown(self):
+        self._comm.destroy()
+
+    def abort(self):
+        try:
+            self._comm.abort()
+        finally:
+            self._comm.destroy()
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _begin(self, tensors, what):
+        for i, t in enumerate(tensors):
+            T.check_tensor(t, f"{what}[{i}]" if len(tensors) > 1 else what)
+        device = T.same_device(tensors, what)
+        return device, T.cuda_stream(device)
+
+    @staticmethod
+    def _work(future):
+        return _create_work_from_future(future)
+
+    # -- collectives -------------------------------------------------------------------------
+    def allreduce(self, tensors, opts=None):
+        op = T.gs_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        device, stream = self._begin(tensors, "allreduce tensor")
+        future = T.new_future(device)
+        staged = [T.contiguous(t) for t in tensors]
+        done = _Completion(future, tensors, len(tensors), "allreduce",
+                           [wb for _, wb in staged if wb is not None])
+        for buf, _ in staged:
+            self._comm.allreduce(buf.data_ptr(), buf.data_ptr(), buf.numel(),
+                                 T.gs_dtype(buf, "allreduce tensor"), op, done, stream)
+        return self._work(future)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        """One request over the tensors flattened (per dtype), results copied back."""
+        op = T.gs_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        device, stream = self._begin(tensors, "allreduce_coalesced tensor")
+        future = T.new_future(device)
+        groups = {}
+        for t in tensors:
+            groups.setdefault(t.dtype, []).append(t)
+        flats, finish = [], []  # the flats are held by the write-backs
+        for same in groups.values():
+            flat = torch.cat([t.reshape(-1) for t in same])
+            flats.append(flat)
+
+            def write_back(same=same, flat=flat):
+                offset = 0
+                for t in same:
+                    t.copy_(flat[offset:offset + t.numel()].view_as(t))
+                    offset += t.numel()
+            finish.append(write_back)
+        done = _Completion(future, tensors, len(flats), "allreduce_coalesced", finish)
+        for flat in flats:
+            self._comm.allreduce(flat.data_ptr(), flat.data_ptr(), flat.numel(),
+                                 T.gs_dtype(flat, "tensor"), op, done, stream)
+        return self._work(future)
+
+    def broadcast(self, tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        if opts is not None and opts.rootTensor != 0:
+            raise ValueError(f"gradstream: broadcast rootTensor {opts.rootTensor} is not "
+                             "supported (one tensor per rank)")
+        self._check_rank(root, "broadcast root")
+        device, stream = self._begin(tensors, "broadcast tensor")
+        future = T.new_future(device)
+        staged = [T.contiguous(t) for t in tensors]
+        done = _Completion(future, tensors, len(tensors), "broadcast",
+                           [wb for _, wb in staged if wb is not None])
+        for buf, _ in staged:
+            self._comm.broadcast(buf.data_ptr(), buf.data_ptr(), buf.numel(),
+                                 T.gs_dtype(buf, "broadcast tensor"), root, done, stream)
+        return self._work(future)
+
+    def _gather_into(self, output, input, what, done, stream):
+        """allgather of input into the flat output (numel = size x input's)."""
+        self._check_block(output, input, "output", "input", what)
+        send = input.contiguous()
+        done.hold(send)
+        self._comm.allgather(send.data_ptr(), output.data_ptr(), send.numel(),
+                             T.gs_dtype(send, f"{what} input"), done, stream)
+
+    def all_gather_single(self, output, input, opts=None):
+        device, stream = self._begin([output, input], "all_gather_into_tensor tensors")
+        future = T.new_future(device)
+        out, write_back = T.contiguous(output)
+        done = _Completion(future, [output], 1, "all_gather_into_tensor",
+                           [write_back] if write_back else [])
+        self._gather_into(out, input, "all_gather_into_tensor", done, stream)
+        return self._work(future)
+
+    _allgather_base = all_gather_single
+
+    def allgather(self, output_lists, inputs, opts=None):
+        if len(output_lists) != len(inputs):
+            raise ValueError(f"gradstream: allgather got {len(output_lists)} output lists for "
+                             f"{len(inputs)} inputs")
+        flat_outputs = [t for outs in output_lists for t in outs]
+        device, stream = self._begin(list(inputs) + flat_outputs, "allgather tensors")
+        future = T.new_future(device)
+        stagings, finish = [], []
+        for i, (outs, inp) in enumerate(zip(output_lists, inputs)):
+            if len(outs) != self._group_size:
+                raise ValueError(f"gradstream: allgather output list {i} has {len(outs)} "
+                                 f"tensors; the group has {self._group_size} ranks")
+            for j, o in enumerate(outs):
+                if o.numel() != inp.numel() or o.dtype != inp.dtype:
+                    raise ValueError(f"gradstream: allgather output [{i}][{j}] is {o.numel()} x "
+                                     f"{o.dtype}, input {i} is {inp.numel()} x {inp.dtype}")
+            staging = torch.empty(self._group_size * inp.numel(), dtype=inp.dtype,
+                                  device=inp.device)
+            stagings.append(staging)
+
+            def write_back(outs=outs, staging=staging, n=inp.numel()):
+                for j, o in enumerate(outs):
+                    o.copy_(staging[j * n:(j + 1) * n].view_as(o))
+            finish.append(write_back)
+        done = _Completion(future, output_lists, len(inputs), "allgather", finish)
+        for staging, inp in zip(stagings, inputs):
+            self._gather_into(staging, inp, "allgather", done, stream)
+        return self._work(future)
+
+    def _scatter_reduce(self, output, input, op, what, done, stream):
+        self._check_block(input, output, "input", "output", what)
+        send = input.contiguous()
+        done.hold(send)
+        self._comm.reduce_scatter(send.data_ptr(), output.data_ptr(), output.numel(),
+                                  T.gs_dtype(send, f"{what} input"), op, done, stream)
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        op = T.gs_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        device, stream = self._begin([output, input], "reduce_scatter_tensor tensors")
+        future = T.new_future(device)
+        out, write_back = T.contiguous(output)
+        done = _Completion(future, [output], 1, "reduce_scatter_tensor",
+                           [write_back] if write_back else [])
+        self._scatter_reduce(out, input, op, "reduce_scatter_tensor", done, stream)
+        return self._work(future)
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        op = T.gs_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        if len(outputs) != len(input_lists):
+            raise ValueError(f"gradstream: reduce_scatter got {len(outputs)} outputs for "
+                             f"{len(input_lists)} input lists")
+        flat_inputs = [t for ins in input_lists for t in ins]
+        device, stream = self._begin(list(outputs) + flat_inputs, "reduce_scatter tensors")
+        future = T.new_future(device)
+        plans, finish = [], []
+        for i, (out, ins) in enumerate(zip(outputs, input_lists)):
+            if len(ins) != self._group_size:
+                raise ValueError(f"gradstream: reduce_scatter input list {i} has {len(ins)} "
+                                 f"tensors; the group has {self._group_size} ranks")
+            for j, t in enumerate(ins):
+                if t.numel() != out.numel() or t.dtype != out.dtype:
+                    raise ValueError(f"gradstream: reduce_scatter input [{i}][{j}] is "
+                                     f"{t.numel()} x {t.dtype}, output {i} is {out.numel()} x "
+                                     f"{out.dtype}")
+            buf, write_back = T.contiguous(out)
+            if write_back:
+                finish.append(write_back)
+            plans.append((buf, torch.cat([t.reshape(-1) for t in ins])))
+        done = _Completion(future, outputs, len(outputs), "reduce_scatter", finish)
+        for buf, flat in plans:
+            self._scatter_reduce(buf, flat, op, "reduce_scatter", done, stream)
+        return self._work(future)
+
+    def barrier(self, opts=None):
+        token = torch.zeros(1, dtype=torch.uint8)
+        future = torch.futures.Future()
+        done = _Completion(future, [], 1, "barrier")
+        done.hold(token)
+        self._comm.allreduce(token.data_ptr(), token.data_ptr(), 1, T.DTYPES[torch.uint8],
+                             T.OPS[dist.ReduceOp.RedOpType.MAX], done, None)
+        return self._work(future)
+
+    # Rooted collectives through the ones above: reduce = allreduce (every rank computes the
+    # result, the root keeps it), gather = allgather, scatter = broadcast of the root's list.
+    # Correct, not bandwidth-optimal (they move N times what a rooted schedule would).
+    def reduce(self, tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        self._check_rank(root, "reduce root")
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        inner = self.allreduce([t if self._group_rank == root else t.clone() for t in tensors],
+                               dist.AllreduceOptions() if opts is None else _allreduce_opts(op))
+        return inner
+
+    def gather(self, output_lists, inputs, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        self._check_rank(root, "gather root")
+        if self._group_rank != root:
+            output_lists = [[torch.empty_like(t) for _ in range(self._group_size)]
+                            for t in inputs]
+        return self.allgather(output_lists, inputs)
+
+    def scatter(self, outputs, input_lists, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        self._check_rank(root, "scatter root")
+        if len(outputs) != 1:
+            raise ValueError("gradstream: scatter takes one output tensor per rank")
+        out = outputs[0]
+        full = torch.empty(self._group_size * out.numel(), dtype=out.dtype, device=out.device)
+        if self._group_rank == root:
+            if len(input_lists) != 1 or len(input_lists[0]) != self._group_size:
+                raise ValueError(f"gradstream: scatter on the root needs {self._group_size} "
+                                 "input tensors")
+            full.copy_(torch.cat([t.reshape(-1) for t in input_lists[0]]))
+        device, stream = self._begin([out, full], "scatter tensors")
+        future = T.new_future(device)
+        lo = self._group_rank * out.numel()
+        done = _Completion(future, outputs, 1, "scatter",
+                           [lambda: out.copy_(full[lo:lo + out.numel()].view_as(out))])
+        done.hold(full)
+        self._comm.broadcast(full.data_ptr(), full.data_ptr(), full.numel(),
+                             T.gs_dtype(full, "scatter tensor"), root, done, stream)
+        return self._work(future)
+
+    def _unsupported(self, name):
+        raise RuntimeError(f"gradstream backend: {name} is not supported yet (allreduce, "
+                           "broadcast, allgather, reduce_scatter, barrier, reduce, gather and "
+                           "scatter are); use another group for it")
+
+    def alltoall(self, *args, **kwargs):
+        self._unsupported("alltoall")
+
+    def all_to_all_single(self, *args, **kwargs):
+        self._unsupported("all_to_all_single")
+
+    alltoall_base = all_to_all_single
+
+    def send(self, *args, **kwargs):
+        self._unsupported("send")
+
+    def recv(self, *args, **kwargs):
+        self._unsupported("recv")
+
+    def recv_anysource(self, *args, **kwargs):
+        self._unsupported("recv_anysource")
+
+    # -- argument checks ---------------------------------------------------------------------
+    def _check_rank(self, root, what):
+        if not 0 <= root < self._group_size:
+            raise ValueError(f"gradstream: {what} {root} is out of range [0, "
+                             f"{self._group_size})")
+
+    def _check_block(self, blocks, block, blocks_name, block_name, what):
+        if blocks.dtype != block.dtype:
+            raise TypeError(f"gradstream: {what} {blocks_name} is {blocks.dtype}, "
+                            f"{block_name} {block.dtype}")
+        if blocks.numel() != self._group_size * block.numel():
+            raise ValueError(f"gradstream: {what} {blocks_name} has {blocks.numel()} elements; "
+                             f"it must have group size {self._group_size} x {block_name}'s "
+                             f"{block.numel()}")
+
+
+def _allreduce_opts(op):
+    o = dist.AllreduceOptions()
+    o.reduceOp = op
+    return o
+
+
+def _create(store, rank, size, timeout):
+    return ProcessGroupGradstream(store, rank, size, timeout)
+
+
+def register():
+    if "gradstream" not in dist.Backend.backend_list:
+        dist.Backend.register_backend("gradstream", _create, devices=["cpu", "cuda"])
