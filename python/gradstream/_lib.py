@@ -117,6 +117,7 @@ _PROTOTYPES = {
     "gs_comm_abort": [c_comm],
     "gs_comm_destroy": [c_comm],
     "gs_comm_stats": [c_comm, ctypes.POINTER(CommStats)],
+    "gs_allreduce": [c_ptr, c_ptr, c_size, ctypes.c_int, ctypes.c_int, c_comm, c_stream],
     "gs_iallreduce": [c_ptr, c_ptr, c_size, ctypes.c_int, ctypes.c_int, c_comm, c_stream,
                       ctypes.POINTER(c_request)],
     "gs_ireduce_scatter": [c_ptr, c_ptr, c_size, ctypes.c_int, ctypes.c_int, c_comm, c_stream,

@@ -10,8 +10,8 @@ progress thread (gs_stream_on_complete), so the hook's future needs no waiting t
 
 Residuals follow the parameters, not the buffers: DDP rebuilds its buckets after the first
 iteration (buffers move, parameters regroup), so when a bucket's layout changes the state saves
-every idle stream's residual per parameter, reopens the stream over the new buffer and loads the
-parameters' residuals in the new order. state_dict() / load_state_dict() save and restore them
+the residuals of the streams that held its parameters (per parameter), reopens the bucket's
+stream over the new buffer and loads the parameters' residuals in the new order. state_dict() / load_state_dict() save and restore them
 (keys: parameter names when the state was given the model, else the order in which the hook
 first saw the parameters, which is deterministic for a given model and bucket_cap_mb).
 """
@@ -136,14 +136,18 @@ class GradstreamState:
             offset += n * per
         entry.stream.load_residual(raw.data_ptr(), nbytes)
 
-    def _flush_idle(self):
-        """Saves and closes every stream not reducing now (their parameters may move)."""
-        for index, entry in list(self._streams.items()):
-            if entry.in_flight:
+    def _retire(self, index, keys):
+        """Saves and closes the stream of bucket `index` and every stream holding one of `keys`
+        (DDP moved those parameters into another bucket)."""
+        for i, entry in list(self._streams.items()):
+            if i != index and keys.isdisjoint(entry.keys):
                 continue
+            if entry.in_flight:
+                raise RuntimeError(f"gradstream: DDP bucket {index} claims parameters that bucket "
+                                   f"{i} is reducing now")
             self._save(entry)
             entry.stream.close()
-            del self._streams[index]
+            del self._streams[i]
 
     def _stream_for(self, bucket):
         buf = bucket.buffer()
@@ -159,14 +163,15 @@ class GradstreamState:
             raise ValueError(f"gradstream: DDP bucket {bucket.index()} holds {buf.numel()} "
                              f"elements but its parameters {sum(sizes)}")
         # A new layout: DDP rebuilt its buckets (or this is the first iteration).
-        self._flush_idle()
+        keys = [self._key(p) for p in params]
+        self._retire(bucket.index(), set(keys))
         comm = self.communicator()
         codec = None if self.codec == "auto" else self.codec
         new = _comm.GradientStream(comm, buf.data_ptr(), buf.numel(), T.gs_dtype(buf, "bucket"),
                                    _lib.OPS["avg"], codec=codec,
                                    error_feedback=self.error_feedback and buf.is_floating_point(),
                                    bucket_bytes=self.bucket_bytes, stream=stream)
-        entry = _BucketStream(layout, new, [self._key(p) for p in params], sizes)
+        entry = _BucketStream(layout, new, keys, sizes)
         self._load(entry)
         self._streams[bucket.index()] = entry
         self.rebinds += 1

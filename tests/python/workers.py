@@ -1,0 +1,400 @@
+"""Rank-side scenarios of the Python tests: `workers.py SCENARIO [ARGS]` runs as one rank of a
+launch (conftest.launch), asserts what it can see locally, and writes a JSON result for the
+test to compare across ranks. Exit code 0 means every local assertion held."""
+import datetime
+import io
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import gradstream.torch as gt
+
+RANK = int(os.environ["RANK"])
+WORLD = int(os.environ["WORLD_SIZE"])
+
+
+def report(**result):
+    with open(os.environ["GS_TEST_RESULT"], "w") as f:
+        json.dump(result, f)
+
+
+def init(timeout_s=60):
+    dist.init_process_group("gradstream", timeout=datetime.timedelta(seconds=timeout_s))
+    assert dist.get_backend() == "gradstream", dist.get_backend()
+    assert dist.get_rank() == RANK and dist.get_world_size() == WORLD
+
+
+def expect_error(kind, fragment, fn):
+    try:
+        fn()
+    except kind as e:
+        assert fragment in str(e), f"error '{e}' does not mention '{fragment}'"
+        return str(e)
+    raise AssertionError(f"expected {kind.__name__} mentioning '{fragment}'")
+
+
+# -- every collective and dtype, exact --------------------------------------------------------
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INTS = [torch.int32, torch.int64, torch.uint8]
+
+
+def values(rank, n, dtype, op):
+    """Small integers: every sum, product, min, max and average here is exact in every dtype."""
+    i = torch.arange(n)
+    if op == "prod":
+        v = ((i + rank) % 3 == 0).to(torch.int64) + 1
+    elif op in ("min", "max"):
+        v = (i * 7 + rank * 5) % 50
+    else:
+        v = i % 5 + rank * 2
+    return v.to(dtype)
+
+
+def reference(n, dtype, op):
+    stack = torch.stack([values(r, n, torch.float64, op) for r in range(WORLD)])
+    if op == "sum":
+        out = stack.sum(0)
+    elif op == "avg":
+        out = stack.sum(0) / WORLD
+    elif op == "prod":
+        out = stack.prod(0)
+    elif op == "min":
+        out = stack.min(0).values
+    else:
+        out = stack.max(0).values
+    return out.to(dtype)
+
+
+OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "min": dist.ReduceOp.MIN,
+       "max": dist.ReduceOp.MAX, "prod": dist.ReduceOp.PRODUCT}
+
+
+def collectives():
+    init()
+    n = 1237  # odd: blocks of uneven size
+    checked = 0
+    for dtype in FLOATS + INTS:
+        ops = ["sum", "min", "max", "prod"] + (["avg"] if dtype.is_floating_point else [])
+        for op in ops:
+            t = values(RANK, n, dtype, op)
+            dist.all_reduce(t, op=OPS[op])
+            assert torch.equal(t, reference(n, dtype, op)), (dtype, op, t[:8])
+            checked += 1
+        for root in range(WORLD):
+            b = torch.full((n,), RANK + 1, dtype=dtype)
+            dist.broadcast(b, src=root)
+            assert torch.equal(b, torch.full((n,), root + 1, dtype=dtype)), (dtype, root)
+        mine = (torch.arange(n) % 7 + RANK * 3).to(dtype)
+        outs = [torch.empty(n, dtype=dtype) for _ in range(WORLD)]
+        dist.all_gather(outs, mine)
+        for r in range(WORLD):
+            assert torch.equal(outs[r], (torch.arange(n) % 7 + r * 3).to(dtype)), (dtype, r)
+        flat = torch.empty(WORLD * n, dtype=dtype)
+        dist.all_gather_into_tensor(flat, mine)
+        assert torch.equal(flat, torch.cat(outs)), dtype
+        blocks = [values(RANK, n, dtype, "sum") + j for j in range(WORLD)]
+        out = torch.empty(n, dtype=dtype)
+        dist.reduce_scatter(out, blocks)
+        want = sum(values(r, n, torch.float64, "sum") for r in range(WORLD)) + WORLD * RANK
+        assert torch.equal(out, want.to(dtype)), dtype
+        out2 = torch.empty(n, dtype=dtype)
+        dist.reduce_scatter_tensor(out2, torch.cat(blocks))
+        assert torch.equal(out2, out), dtype
+        checked += 4
+    # Several tensors, mixed dtypes, in one call (ProcessGroup.allreduce with a list, and the
+    # coalesced form that flattens per dtype).
+    pg = dist.distributed_c10d._get_default_group()
+    a, b = torch.ones(100), torch.full((7,), 2, dtype=torch.int64)
+    pg.allreduce([a, torch.ones(5)], dist.AllreduceOptions()).wait()
+    assert torch.equal(a, torch.full((100,), float(WORLD)))
+    pg.allreduce_coalesced([a, b], dist.AllreduceCoalescedOptions()).wait()
+    assert torch.equal(a, torch.full((100,), float(WORLD * WORLD)))
+    assert torch.equal(b, torch.full((7,), 2 * WORLD, dtype=torch.int64))
+    # Non-contiguous tensors: staged through a contiguous copy and written back.
+    m = torch.arange(60, dtype=torch.float32).reshape(6, 10) * (RANK + 1)
+    view = m[:, ::3]
+    dist.all_reduce(view)
+    tri = WORLD * (WORLD + 1) / 2
+    assert torch.equal(view, (torch.arange(60, dtype=torch.float32).reshape(6, 10) * tri)[:, ::3])
+    assert torch.equal(m[:, 1], torch.arange(60, dtype=torch.float32).reshape(6, 10)[:, 1] *
+                       (RANK + 1)), "elements outside the view changed"
+    tposed = torch.arange(12, dtype=torch.float64).reshape(3, 4).t()
+    dist.broadcast(tposed, src=0)
+    # rooted collectives built on the others
+    r = torch.full((9,), float(RANK + 1))
+    dist.reduce(r, dst=WORLD - 1)
+    if RANK == WORLD - 1:
+        assert torch.equal(r, torch.full((9,), tri))
+    g = [torch.empty(3) for _ in range(WORLD)] if RANK == 0 else None
+    dist.gather(torch.full((3,), float(RANK)), gather_list=g, dst=0)
+    if RANK == 0:
+        assert all(torch.equal(g[k], torch.full((3,), float(k))) for k in range(WORLD))
+    s = torch.empty(4)
+    dist.scatter(s, [torch.full((4,), float(k * 10)) for k in range(WORLD)] if RANK == 1 else None,
+                 src=1)
+    assert torch.equal(s, torch.full((4,), float(RANK * 10)))
+    objs = [None] * WORLD
+    dist.all_gather_object(objs, {"rank": RANK})
+    assert objs == [{"rank": k} for k in range(WORLD)]
+    dist.barrier()
+    # A big tensor: many chunks in the pipeline.
+    big = torch.full((3 << 20,), float(RANK))
+    dist.all_reduce(big)
+    assert torch.equal(big, torch.full((3 << 20,), float(sum(range(WORLD)))))
+    st = gt.stats()
+    assert st["collectives"] > checked and st["bytes_wire"] > 0 and st["errors"] == 0, st
+    dist.destroy_process_group()
+    report(checked=checked, transport=st["transport"])
+
+
+def asynchronous():
+    """async_op works complete by themselves: futures done without wait(), in issue order."""
+    init()
+    tensors = [torch.full((200000,), float(RANK + k)) for k in range(6)]
+    works = [dist.all_reduce(t, async_op=True) for t in tensors]
+    order = []
+    futures = [w.get_future() for w in works]
+    for k, f in enumerate(futures):
+        f.then(lambda _, k=k: order.append(k))
+    gather_out = torch.empty(WORLD * 4)
+    futures.append(dist.all_gather_into_tensor(gather_out, torch.full((4,), float(RANK)),
+                                               async_op=True).get_future())
+    deadline = time.monotonic() + 30
+    while not all(f.done() for f in futures):  # nobody waits: the progress thread completes
+        assert time.monotonic() < deadline, "futures not done within 30 s without wait()"
+        time.sleep(0.001)
+    assert order == list(range(6)), order
+    base = sum(range(WORLD))
+    for k, t in enumerate(tensors):
+        assert torch.equal(t, torch.full_like(t, float(base + WORLD * k))), k
+        assert futures[k].value()[0] is t
+    assert torch.equal(gather_out, torch.arange(WORLD).repeat_interleave(4).float())
+    for w in works:
+        assert w.wait() and w.is_completed()
+    # A second group over all ranks, and one over ranks {0, 1}: each its own communicator.
+    g = dist.new_group(backend="gradstream")
+    sub = dist.new_group(ranks=[0, 1], backend="gradstream")
+    before = gt.stats()["collectives"]
+    t = torch.ones(10)
+    dist.all_reduce(t, group=g)
+    assert torch.equal(t, torch.full((10,), float(WORLD)))
+    if RANK in (0, 1):
+        u = torch.full((10,), float(RANK + 1))
+        dist.all_reduce(u, group=sub)
+        assert torch.equal(u, torch.full((10,), 3.0))
+        assert gt.stats(sub)["collectives"] == 1
+    assert gt.stats()["collectives"] == before, "the default group's communicator was used"
+    assert gt.stats(g)["collectives"] == 1
+    dist.destroy_process_group()
+    report(order=order)
+
+
+def bad_input():
+    """Clear errors naming the argument, and the group still works afterwards."""
+    init()
+    expect_error(TypeError, "int8", lambda: dist.all_reduce(torch.ones(4, dtype=torch.int8)))
+    expect_error(TypeError, "int16", lambda: dist.broadcast(torch.ones(4, dtype=torch.int16), 0))
+    expect_error(ValueError, "BAND",
+                 lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32), op=dist.ReduceOp.BAND))
+    expect_error(ValueError, "group size",
+                 lambda: dist.all_gather_into_tensor(torch.empty(3), torch.ones(2)))
+    expect_error(ValueError, "group size",
+                 lambda: dist.reduce_scatter_tensor(torch.empty(2), torch.ones(3)))
+    expect_error(TypeError, "float64",
+                 lambda: dist.all_gather_into_tensor(torch.empty(2 * WORLD, dtype=torch.float64),
+                                                     torch.ones(2)))
+    expect_error(RuntimeError, "all_to_all_single is not supported",
+                 lambda: dist.all_to_all_single(torch.empty(WORLD), torch.ones(WORLD)))
+    pg = dist.distributed_c10d._get_default_group()
+    msg = expect_error(ValueError, "unknown communicator option",
+                       lambda: pg.new_communicator(bogus=1))
+    expect_error(ValueError, "codec='auto' only", lambda: gt.GradstreamState(codec="int8",
+                                                                             codec_floor="int4"))
+    # complex tensors: torch hands them over as real views, summed exactly
+    c = torch.full((3,), 1 + 2j, dtype=torch.complex64)
+    dist.all_reduce(c)
+    assert torch.equal(c, torch.full((3,), WORLD * (1 + 2j), dtype=torch.complex64))
+    t = torch.ones(8)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((8,), float(WORLD)))
+    dist.destroy_process_group()
+    report(msg=msg)
+
+
+def dead_rank():
+    """The last rank dies (os._exit) mid-job; the others must raise, not hang."""
+    init(timeout_s=int(os.environ.get("GS_TEST_PG_TIMEOUT", "20")))
+    t = torch.ones(1000)
+    dist.all_reduce(t)
+    if RANK == WORLD - 1:
+        os._exit(3)
+    time.sleep(0.5)  # the peer is gone before the next collective starts
+    start = time.monotonic()
+    try:
+        for _ in range(3):
+            dist.all_reduce(t)
+        raise AssertionError("all_reduce with a dead rank succeeded")
+    except RuntimeError as e:
+        elapsed = time.monotonic() - start
+        message = str(e)
+    start = time.monotonic()
+    dist.destroy_process_group()
+    report(elapsed=elapsed, message=message, destroy=time.monotonic() - start)
+
+
+# -- DDP and the comm hook ---------------------------------------------------------------------
+def make_model(seed=1):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
+                               torch.nn.ReLU(), torch.nn.Linear(64, 10))
+
+
+def batch(step):
+    g = torch.Generator().manual_seed(1000 * step + RANK)
+    return torch.randn(16, 32, generator=g), torch.randint(0, 10, (16,), generator=g)
+
+
+def flat_grads(model):
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+
+
+def same_on_every_rank(t):
+    gathered = torch.empty(WORLD * t.numel(), dtype=t.dtype)
+    dist.all_gather_into_tensor(gathered, t.contiguous())
+    return all(torch.equal(gathered[r * t.numel():(r + 1) * t.numel()], t) for r in range(WORLD))
+
+
+def train(state, steps, lr=0.05, after_step=None):
+    """DDP with small buckets (several per model), the hook with state (None: DDP's own
+    allreduce; a callable: state(model)); after_step(step, state) runs after each step; returns
+    the model, the averaged gradients of every step and the losses."""
+    model = make_model()
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
+    if callable(state):
+        state = state(model)
+    if state is not None:
+        ddp.register_comm_hook(state, gt.comm_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    grads, losses = [], []
+    for step in range(steps):
+        x, y = batch(step)
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(ddp(x), y)
+        loss.backward()
+        grads.append(flat_grads(model).clone())
+        losses.append(loss.item())
+        opt.step()
+        if after_step is not None:
+            after_step(step, state)
+    return model, grads, losses
+
+
+def hooks():
+    init()
+    _, ref, ref_losses = train(None, 6)
+    result = {}
+    for codec, ef, tol in (("raw", False, 1e-6), ("bf16", False, 2e-2), ("int8", True, 3e-2),
+                           ("int4", True, 6e-1)):
+        state = gt.GradstreamState(codec=codec, error_feedback=ef)
+        before = gt.stats()
+        model, grads, losses = train(state, 6)
+        after = gt.stats()
+        params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        assert same_on_every_rank(params), f"{codec}: replicas differ"
+        for g in grads:
+            assert same_on_every_rank(g), f"{codec}: averaged gradients differ between ranks"
+        errors = [float((g - r).norm() / r.norm()) for g, r in zip(grads, ref)]
+        assert max(errors) < tol, f"{codec}: gradient error {max(errors)} >= {tol}"
+        # Error feedback sends later what a step dropped: the sum over steps is closer to the
+        # reference than the worst single step.
+        cumulative = float((sum(grads) - sum(ref)).norm() / sum(ref).norm())
+        if ef:
+            assert cumulative < max(errors), f"{codec}: cumulative {cumulative} vs {errors}"
+        n_buckets = len(state._streams)
+        assert n_buckets >= 2, f"expected several buckets, got {n_buckets}"
+        # DDP rebuilds its buckets after the first iteration: every stream reopened once.
+        # DDP rebuilds its buckets after the first iteration: each stream reopened once then,
+        # never again (a stream per bucket for the rest of training).
+        assert n_buckets < state.rebinds <= 2 * n_buckets + 2, (state.rebinds, n_buckets)
+        wire = after["bytes_wire"] - before["bytes_wire"]
+        logical = after["bytes_logical"] - before["bytes_logical"]
+        residual_bytes = sum(v.numel() for v in state.state_dict()["residuals"].values())
+        if ef:
+            assert residual_bytes == 4 * params.numel(), residual_bytes
+        else:
+            assert residual_bytes == 0
+        result[codec] = {"max_rel_error": max(errors), "cumulative_rel_error": cumulative,
+                         "compression": logical / wire,
+                         "losses": losses}
+        state.close()
+    assert ref_losses == result["raw"]["losses"] or max(
+        abs(a - b) for a, b in zip(ref_losses, result["raw"]["losses"])) < 1e-5
+    dist.destroy_process_group()
+    report(**result)
+
+
+def residual_follows_parameters():
+    """The residual a lossy step leaves reaches the next step although DDP rebuilt its buckets
+    in between (new buffers, parameters regrouped), exactly and at the right parameters:
+    step 1 with the live residual is bit-identical to step 1 after the residual went out through
+    state_dict() and back in through load_state_dict(); with it cleared step 1 differs; with it
+    scaled by 100 step 1 moves by 100 x the ranks' mean residual, parameter by parameter."""
+    init()
+    runs, saved = {}, {}
+    for mode in ("live", "reloaded", "cleared", "scaled"):
+        def after(step, state, mode=mode):
+            if step != 0:
+                return
+            sd = state.state_dict()
+            saved[mode] = sd
+            if mode == "live":
+                return
+            factor = {"reloaded": 1, "cleared": 0, "scaled": 100}[mode]
+            scaled = {k: (v.view(torch.float32) * factor).view(torch.uint8)
+                      for k, v in sd["residuals"].items()}
+            state.load_state_dict(io_roundtrip(dict(sd, residuals=scaled)))
+
+        model, grads, _ = train(lambda m: gt.GradstreamState(codec="int8", error_feedback=True,
+                                                             model=m),
+                                2, lr=0.0, after_step=after)  # lr 0: the same weights each step
+        runs[mode] = grads[1]
+        names = [name for name, _ in model.named_parameters()]
+    assert torch.equal(runs["live"], runs["reloaded"]), \
+        "the residual carried across the rebuild differs from the one saved and reloaded"
+    assert not torch.equal(runs["live"], runs["cleared"]), "the residual did not matter"
+    residual = torch.cat([saved["live"]["residuals"][n].view(torch.float32) for n in names])
+    dist.all_reduce(residual, op=dist.ReduceOp.AVG)
+    moved = (runs["scaled"] - runs["cleared"]) / 100
+    err = float((moved - residual).norm() / residual.norm())
+    assert err < 0.1, f"step 1 moved by {moved.norm()} not by the mean residual {residual.norm()}"
+    dist.destroy_process_group()
+    report(error=err, residual_norm=residual.norm().item())
+
+
+def io_roundtrip(sd):
+    buf = io.BytesIO()
+    torch.save(sd, buf)
+    buf.seek(0)
+    return torch.load(buf)
+
+
+def auto_hook():
+    init()
+    state = gt.GradstreamState(codec="auto", error_feedback=True, codec_ladder="raw,bf16,int8",
+                               codec_floor="int8")
+    model, grads, _ = train(state, 4)
+    params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    assert same_on_every_rank(params), "replicas differ"
+    st = state.stats()
+    assert st["collectives"] > 0 and gt.stats()["collectives"] >= 0
+    state.close()
+    dist.destroy_process_group()
+    report(collectives=st["collectives"])
+
+
+if __name__ == "__main__":
+    globals()[sys.argv[1]](*sys.argv[2:])
