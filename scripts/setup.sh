@@ -1,7 +1,23 @@
 #!/usr/bin/env bash
-# Installs every build and test dependency of gradstream from Debian packages. Idempotent: a
-# second run installs nothing and returns quickly. Needs root (or sudo) for apt-get.
+# Installs every build and test dependency of gradstream: Debian packages (apt-get), then the
+# Python ones (torch 2.13.0's CPU wheel, pytest, numpy, matplotlib) into the interpreter the
+# python tests use ($GS_PYTHON, default python3 on PATH). Idempotent: a second run installs
+# nothing and returns quickly. Needs root (or sudo) for apt-get.
 set -euo pipefail
+
+python_deps() {
+  local py=${GS_PYTHON:-python3}
+  local wanted=(torch==2.13.0 pytest numpy matplotlib)
+  if "$py" -c 'import torch, pytest, numpy, matplotlib, sys
+sys.exit(0 if torch.__version__.startswith("2.13.0") else 1)' 2>/dev/null; then
+    echo "setup: python packages already installed ($py)"
+    return
+  fi
+  echo "setup: installing ${wanted[*]} into $py"
+  # Pinned: an unpinned torch would pull a CUDA build of several GB.
+  "$py" -m pip install --quiet "${wanted[@]}" ||
+    "$py" -m pip install --quiet --break-system-packages "${wanted[@]}"  # Debian's own python3
+}
 
 packages=(
   build-essential cmake ninja-build pkgconf git
@@ -21,6 +37,7 @@ for p in "${packages[@]}"; do
 done
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#packages[@]} packages already installed"
+  python_deps
   exit 0
 fi
 
@@ -31,3 +48,4 @@ export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -qq
 "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "setup: done"
+python_deps

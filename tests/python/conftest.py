@@ -14,6 +14,7 @@ import pytest
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 BUILD = pathlib.Path(os.environ.get("GS_BUILD_DIR", ROOT / "build"))
+sys.path.insert(0, str(BUILD / "python"))  # the staged package, for tests importing it here
 
 
 def free_port():
