@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency of gradstream: Debian packages (apt-get), then the
-# Python ones (torch 2.13.0's CPU wheel, pytest, numpy, matplotlib) into the interpreter the
+# Python ones (torch 2.13.0's CPU wheel, pytest, numpy, matplotlib, scikit-learn for the
+# digits data set of examples/ddp_train.py) into the interpreter the
 # python tests use ($GS_PYTHON, default python3 on PATH). Idempotent: a second run installs
 # nothing and returns quickly. Needs root (or sudo) for apt-get.
 set -euo pipefail
 
 python_deps() {
   local py=${GS_PYTHON:-python3}
-  local wanted=(torch==2.13.0 pytest numpy matplotlib)
-  if "$py" -c 'import torch, pytest, numpy, matplotlib, sys
+  local wanted=(torch==2.13.0 pytest numpy matplotlib scikit-learn)
+  if "$py" -c 'import torch, pytest, numpy, matplotlib, sklearn, sys
 sys.exit(0 if torch.__version__.startswith("2.13.0") else 1)' 2>/dev/null; then
     echo "setup: python packages already installed ($py)"
     return
