@@ -207,6 +207,11 @@ def bad_input():
     expect_error(TypeError, "float64",
                  lambda: dist.all_gather_into_tensor(torch.empty(2 * WORLD, dtype=torch.float64),
                                                      torch.ones(2)))
+    expect_error(ValueError, f"the group has {WORLD} ranks",
+                 lambda: dist.all_gather([torch.empty(2) for _ in range(WORLD + 1)], torch.ones(2)))
+    expect_error(ValueError, "input [0][1] is 3 x",
+                 lambda: dist.reduce_scatter(torch.empty(2), [torch.ones(2), torch.ones(3)] +
+                                             [torch.ones(2)] * (WORLD - 2)))
     expect_error(RuntimeError, "all_to_all_single is not supported",
                  lambda: dist.all_to_all_single(torch.empty(WORLD), torch.ones(WORLD)))
     pg = dist.distributed_c10d._get_default_group()

@@ -189,33 +189,43 @@ class ProcessGroupGradstream(dist.ProcessGroup):
         self._comm.allgather(send.data_ptr(), output.data_ptr(), send.numel(),
                              T.gs_dtype(send, f"{what} input"), done, stream)
 
-    def all_gather_single(self, output, input, opts=None):
-        device, stream = self._begin([output, input], "all_gather_into_tensor tensors")
+    def _tensor_form(self, what, output, input, issue):
+        """all_gather_into_tensor / reduce_scatter_tensor: one request from input into output
+        (through a contiguous copy of the output where it is not contiguous)."""
+        device, stream = self._begin([output, input], f"{what} tensors")
         future = T.new_future(device)
         out, write_back = T.contiguous(output)
-        done = _Completion(future, [output], 1, "all_gather_into_tensor",
-                           [write_back] if write_back else [])
-        self._gather_into(out, input, "all_gather_into_tensor", done, stream)
+        done = _Completion(future, [output], 1, what, [write_back] if write_back else [])
+        issue(out, input, what, done, stream)
         return self._work(future)
+
+    def _check_rank_lists(self, what, lists, singles, list_role, single_role):
+        """The list forms: one tensor per rank in each list, each like its single tensor."""
+        if len(lists) != len(singles):
+            raise ValueError(f"gradstream: {what} got {len(lists)} {list_role} lists for "
+                             f"{len(singles)} {single_role}s")
+        for i, (tensors, one) in enumerate(zip(lists, singles)):
+            if len(tensors) != self._group_size:
+                raise ValueError(f"gradstream: {what} {list_role} list {i} has {len(tensors)} "
+                                 f"tensors; the group has {self._group_size} ranks")
+            for j, t in enumerate(tensors):
+                if t.numel() != one.numel() or t.dtype != one.dtype:
+                    raise ValueError(f"gradstream: {what} {list_role} [{i}][{j}] is "
+                                     f"{t.numel()} x {t.dtype}, {single_role} {i} is "
+                                     f"{one.numel()} x {one.dtype}")
+
+    def all_gather_single(self, output, input, opts=None):
+        return self._tensor_form("all_gather_into_tensor", output, input, self._gather_into)
 
     _allgather_base = all_gather_single
 
     def allgather(self, output_lists, inputs, opts=None):
-        if len(output_lists) != len(inputs):
-            raise ValueError(f"gradstream: allgather got {len(output_lists)} output lists for "
-                             f"{len(inputs)} inputs")
+        self._check_rank_lists("allgather", output_lists, inputs, "output", "input")
         flat_outputs = [t for outs in output_lists for t in outs]
         device, stream = self._begin(list(inputs) + flat_outputs, "allgather tensors")
         future = T.new_future(device)
         stagings, finish = [], []
-        for i, (outs, inp) in enumerate(zip(output_lists, inputs)):
-            if len(outs) != self._group_size:
-                raise ValueError(f"gradstream: allgather output list {i} has {len(outs)} "
-                                 f"tensors; the group has {self._group_size} ranks")
-            for j, o in enumerate(outs):
-                if o.numel() != inp.numel() or o.dtype != inp.dtype:
-                    raise ValueError(f"gradstream: allgather output [{i}][{j}] is {o.numel()} x "
-                                     f"{o.dtype}, input {i} is {inp.numel()} x {inp.dtype}")
+        for outs, inp in zip(output_lists, inputs):
             staging = torch.empty(self._group_size * inp.numel(), dtype=inp.dtype,
                                   device=inp.device)
             stagings.append(staging)
@@ -229,7 +239,7 @@ class ProcessGroupGradstream(dist.ProcessGroup):
             self._gather_into(staging, inp, "allgather", done, stream)
         return self._work(future)
 
-    def _scatter_reduce(self, output, input, op, what, done, stream):
+    def _scatter_reduce(self, output, input, what, done, stream, op):
         self._check_block(input, output, "input", "output", what)
         send = input.contiguous()
         done.hold(send)
@@ -238,41 +248,26 @@ class ProcessGroupGradstream(dist.ProcessGroup):
 
     def reduce_scatter_single(self, output, input, opts=None):
         op = T.gs_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
-        device, stream = self._begin([output, input], "reduce_scatter_tensor tensors")
-        future = T.new_future(device)
-        out, write_back = T.contiguous(output)
-        done = _Completion(future, [output], 1, "reduce_scatter_tensor",
-                           [write_back] if write_back else [])
-        self._scatter_reduce(out, input, op, "reduce_scatter_tensor", done, stream)
-        return self._work(future)
+        return self._tensor_form("reduce_scatter_tensor", output, input,
+                                 lambda *args: self._scatter_reduce(*args, op))
 
     _reduce_scatter_base = reduce_scatter_single
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
         op = T.gs_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
-        if len(outputs) != len(input_lists):
-            raise ValueError(f"gradstream: reduce_scatter got {len(outputs)} outputs for "
-                             f"{len(input_lists)} input lists")
+        self._check_rank_lists("reduce_scatter", input_lists, outputs, "input", "output")
         flat_inputs = [t for ins in input_lists for t in ins]
         device, stream = self._begin(list(outputs) + flat_inputs, "reduce_scatter tensors")
         future = T.new_future(device)
         plans, finish = [], []
-        for i, (out, ins) in enumerate(zip(outputs, input_lists)):
-            if len(ins) != self._group_size:
-                raise ValueError(f"gradstream: reduce_scatter input list {i} has {len(ins)} "
-                                 f"tensors; the group has {self._group_size} ranks")
-            for j, t in enumerate(ins):
-                if t.numel() != out.numel() or t.dtype != out.dtype:
-                    raise ValueError(f"gradstream: reduce_scatter input [{i}][{j}] is "
-                                     f"{t.numel()} x {t.dtype}, output {i} is {out.numel()} x "
-                                     f"{out.dtype}")
+        for out, ins in zip(outputs, input_lists):
             buf, write_back = T.contiguous(out)
             if write_back:
                 finish.append(write_back)
             plans.append((buf, torch.cat([t.reshape(-1) for t in ins])))
         done = _Completion(future, outputs, len(outputs), "reduce_scatter", finish)
         for buf, flat in plans:
-            self._scatter_reduce(buf, flat, op, "reduce_scatter", done, stream)
+            self._scatter_reduce(buf, flat, "reduce_scatter", done, stream, op)
         return self._work(future)
 
     def barrier(self, opts=None):
