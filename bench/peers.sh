@@ -21,6 +21,7 @@ set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
+source "$root/bench/ranks.sh"
 
 min=1M max=256M factor=4 iters=20 warmup=5
 big_from=64M big_iters=10 big_warmup=3
@@ -84,7 +85,7 @@ parts=()
 # Each process is bounded by timeout and Gloo's own context timeout; when one rank fails the
 # others are ended (by their pids) instead of waiting for their timeouts.
 run_gloo() {
-  local n=$1 algo=$2 store pids=() rc=0 r pid fin st
+  local n=$1 algo=$2 store pids=() rc=0 r
   shift 2
   store=$(mktemp -d "$results/gloo_store.XXXXXX") || return 1
   for ((r = 0; r < n; r++)); do
@@ -92,15 +93,7 @@ run_gloo() {
       --store "$store" --timeout-s "$limit" "$@" > "$store.rank$r.out" 2>&1 &
     pids+=($!)
   done
-  while ((${#pids[@]})); do
-    wait -n -p fin "${pids[@]}"
-    st=$?
-    for r in "${!pids[@]}"; do [[ ${pids[r]} == "$fin" ]] && unset 'pids[r]'; done
-    if ((st != 0 && rc == 0)); then
-      rc=$st
-      for pid in "${pids[@]}"; do kill "$pid" 2> /dev/null; done
-    fi
-  done
+  wait_ranks "${pids[@]}" || rc=$?
   cat "$store.rank0.out"
   for ((r = 1; r < n; r++)); do cat "$store.rank$r.out" >&2; done
   rm -rf "$store" "$store".rank*.out
