@@ -74,22 +74,14 @@ Connection::Connection(Device& device, int peer, std::string peerAddress, tcp::S
   const size_t work = 2 * kMessageDepth + dataQps * (kSendDepth + kRecvDepth);
   reserve_ = work + 1;
   completions_ = Ring<Completion>(2 * work + 8);
-  cq_ = ibv_create_cq(device.port().context, static_cast<int>(work), this, device.channel(), 0);
+  cq_.reset(ibv_create_cq(device.port().context.get(), static_cast<int>(work), this,
+                          device.channel(), 0));
   GS_CHECK(cq_ != nullptr, Errc::kSystem, "verbs %s: cannot create a CQ of %zu entries: %s",
            device.port().name().c_str(), work, strerror(errno));
   std::random_device random;
   psn_ = random() & 0xffffff;
   qps_.resize(dataQps + 1);
-  try {
-    createQps();
-  } catch (...) {
-    for (Qp& q : qps_) {
-      if (q.qp != nullptr)
-        ibv_destroy_qp(q.qp);
-    }
-    ibv_destroy_cq(cq_);
-    throw;
-  }
+  createQps();  // on a throw the QPs made so far, then the CQ, are destroyed
 }
 
 void Connection::createQps() {
@@ -99,8 +91,8 @@ void Connection::createQps() {
     const uint32_t sendDepth = i == 0 ? kMessageDepth : kSendDepth;
     const uint32_t recvDepth = i == 0 ? kMessageDepth : kRecvDepth;
     ibv_qp_init_attr init{};
-    init.send_cq = cq_;
-    init.recv_cq = cq_;
+    init.send_cq = cq_.get();
+    init.recv_cq = cq_.get();
     init.qp_type = IBV_QPT_RC;
     init.cap.max_send_wr = sendDepth;
     init.cap.max_recv_wr = recvDepth;
@@ -108,10 +100,10 @@ void Connection::createQps() {
     init.cap.max_recv_sge = 1;
     init.cap.max_inline_data = kInlineBytes;
     init.qp_context = this;
-    q.qp = ibv_create_qp(device_.pd(), &init);
+    q.qp.reset(ibv_create_qp(device_.pd(), &init));
     if (q.qp == nullptr && errno == EINVAL) {
       init.cap.max_inline_data = 0;  // some devices have no inline data
-      q.qp = ibv_create_qp(device_.pd(), &init);
+      q.qp.reset(ibv_create_qp(device_.pd(), &init));
     }
     GS_CHECK(q.qp != nullptr, Errc::kSystem, "verbs %s: cannot create an RC QP: %s",
              port.name().c_str(), strerror(errno));
@@ -123,8 +115,8 @@ void Connection::createQps() {
     attr.pkey_index = 0;
     attr.port_num = static_cast<uint8_t>(port.port);
     attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-    modify(q.qp, attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, "INIT",
-           port.name());
+    modify(q.qp.get(), attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+           "INIT", port.name());
     if (i > 0) {
       // Zero-length receives for the immediates of incoming writes; posted before RTR.
       q.toRepost = recvDepth;
@@ -136,14 +128,9 @@ void Connection::createQps() {
 
 Connection::~Connection() {
   device_.detach(this);
-  for (Qp& q : qps_) {
-    if (q.qp != nullptr && ibv_destroy_qp(q.qp) != 0)
-      GS_LOG_WARN("verbs: ibv_destroy_qp failed: %s", strerror(errno));
-  }
+  qps_.clear();  // the QPs before their CQ
   if (cqEvents_ > 0)
-    ibv_ack_cq_events(cq_, cqEvents_);
-  if (ibv_destroy_cq(cq_) != 0)
-    GS_LOG_WARN("verbs: ibv_destroy_cq failed: %s", strerror(errno));
+    ibv_ack_cq_events(cq_.get(), cqEvents_);  // every event acknowledged before the CQ goes
 }
 
 QpExchange Connection::localInfo(int rank) const {
@@ -213,7 +200,7 @@ void Connection::activate(const QpExchange& remote) {
       attr.ah_attr.grh.hop_limit = 64;
       attr.ah_attr.grh.traffic_class = static_cast<uint8_t>(config.ibTrafficClass);
     }
-    modify(qps_[i].qp, attr,
+    modify(qps_[i].qp.get(), attr,
            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
            "RTR", who);
@@ -224,7 +211,7 @@ void Connection::activate(const QpExchange& remote) {
     rts.rnr_retry = 7;  // infinite: a busy receiver reposts its receives soon
     rts.sq_psn = psn_;
     rts.max_rd_atomic = 1;
-    modify(qps_[i].qp, rts,
+    modify(qps_[i].qp.get(), rts,
            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
                IBV_QP_MAX_QP_RD_ATOMIC,
            "RTS", who);
@@ -267,7 +254,7 @@ PostResult Connection::postOnQp(
   wr.send_flags = (signaled ? IBV_SEND_SIGNALED : 0) | (inlined ? IBV_SEND_INLINE : 0);
   wr.next = nullptr;
   ibv_send_wr* bad = nullptr;
-  const int rc = ibv_post_send(q.qp, &wr, &bad);
+  const int rc = ibv_post_send(q.qp.get(), &wr, &bad);
   if (rc != 0) {
     fail(Errc::kSystem,
          formatString("verbs %s: ibv_post_send failed: %s", qpName(index).c_str(), strerror(rc)));
@@ -363,7 +350,7 @@ PostResult Connection::postRecv(const LocalSegment& segment, WorkId id) {
   wr.sg_list = &sge;
   wr.num_sge = 1;
   ibv_recv_wr* bad = nullptr;
-  const int rc = ibv_post_recv(qps_[0].qp, &wr, &bad);
+  const int rc = ibv_post_recv(qps_[0].qp.get(), &wr, &bad);
   if (rc != 0) {
     fail(Errc::kSystem,
          formatString("verbs %s: ibv_post_recv failed: %s", qpName(0).c_str(), strerror(rc)));
@@ -385,7 +372,7 @@ void Connection::repostReceives(size_t index) {
       wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
     }
     ibv_recv_wr* bad = nullptr;
-    const int rc = ibv_post_recv(q.qp, wrs, &bad);
+    const int rc = ibv_post_recv(q.qp.get(), wrs, &bad);
     if (rc != 0) {
       fail(Errc::kSystem,
            formatString("verbs %s: ibv_post_recv failed: %s", qpName(index).c_str(), strerror(rc)));
@@ -466,7 +453,7 @@ bool Connection::drain() {
   constexpr int kBatch = 32;
   ibv_wc wcs[kBatch];
   while (!failed_) {
-    const int n = ibv_poll_cq(cq_, kBatch, wcs);
+    const int n = ibv_poll_cq(cq_.get(), kBatch, wcs);
     if (n < 0) {
       fail(Errc::kSystem, formatString("verbs %s: ibv_poll_cq failed", qpName(0).c_str()));
       break;
@@ -531,7 +518,7 @@ void Connection::fail(Errc status, const std::string& why) noexcept {
 // ---- device support --------------------------------------------------------------------------
 
 void Connection::armCompletionEvents() {
-  if (!failed_ && ibv_req_notify_cq(cq_, 0) != 0)
+  if (!failed_ && ibv_req_notify_cq(cq_.get(), 0) != 0)
     fail(Errc::kSystem, formatString("verbs %s: ibv_req_notify_cq failed", qpName(0).c_str()));
 }
 
@@ -561,7 +548,7 @@ void Connection::checkSide() {
 
 bool Connection::ownsQp(const ibv_qp* qp) const {
   for (const Qp& q : qps_) {
-    if (q.qp == qp)
+    if (q.qp.get() == qp)
       return true;
   }
   return false;

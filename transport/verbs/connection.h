@@ -10,6 +10,7 @@
 #include "transport/connection.h"
 #include "transport/ring.h"
 #include "transport/tcp/handshake.h"
+#include "transport/verbs/handles.h"
 #include "transport/verbs/hw_counters.h"
 #include "transport/verbs/wire.h"
 
@@ -72,7 +73,7 @@ class Connection final : public transport::Connection {
   /// Checks the side channel after poll() reported activity on it.
   void checkSide();
   bool ownsQp(const ibv_qp* qp) const;
-  ibv_cq* cq() const { return cq_; }
+  ibv_cq* cq() const { return cq_.get(); }
   void countCqEvent() { ++cqEvents_; }
   void fail(Errc status, const std::string& why) noexcept;
 
@@ -84,7 +85,7 @@ class Connection final : public transport::Connection {
     uint64_t seq = 0;
   };
   struct Qp {
-    ibv_qp* qp = nullptr;
+    VerbsPtr<ibv_qp> qp;
     Ring<Pending> sent;  // posted, not yet retired by a signaled completion
     uint64_t nextSeq = 0;
     uint32_t sinceSignal = 0;
@@ -104,8 +105,8 @@ class Connection final : public transport::Connection {
   int peer_;
   std::string peerAddress_;
   tcp::Socket side_;
-  ibv_cq* cq_ = nullptr;
-  std::vector<Qp> qps_;  // [0] two-sided messages, [1..] data
+  VerbsPtr<ibv_cq> cq_;
+  std::vector<Qp> qps_;  // [0] two-sided messages, [1..] data; destroyed before cq_
   size_t nextDataQp_ = 1;
   uint32_t psn_ = 0;
   uint32_t maxInline_ = 0;

@@ -72,31 +72,24 @@ Device::Device(const DeviceOptions& options)
   params_.handshakeTimeoutMs = options.config.timeoutMs;
   GS_CHECK(params_.rank >= 0 && params_.rank < params_.nranks, Errc::kInvalidArgument,
            "verbs device: rank %d outside [0, %d)", params_.rank, params_.nranks);
-  pd_ = ibv_alloc_pd(port_.context);
+  // On a throw below, the members made so far are destroyed in reverse order.
+  pd_.reset(ibv_alloc_pd(port_.context.get()));
   GS_CHECK(pd_ != nullptr, Errc::kSystem, "verbs %s: cannot allocate a protection domain: %s",
            port_.name().c_str(), strerror(errno));
-  try {
-    channel_ = ibv_create_comp_channel(port_.context);
-    GS_CHECK(channel_ != nullptr, Errc::kSystem, "verbs %s: cannot create a completion channel",
-             port_.name().c_str());
-    setNonBlocking(channel_->fd, "completion channel");
-    setNonBlocking(port_.context->async_fd, "async event queue");
-    cache_ = std::make_shared<RegistrationCache>(pd_, port_.name());
-    const std::string bind = options.bindAddress.empty() ? "127.0.0.1" : options.bindAddress;
-    boost::system::error_code ec;
-    asio::ip::address address = asio::ip::make_address(bind, ec);
-    GS_CHECK(!ec && !address.is_unspecified(), Errc::kInvalidArgument,
-             "verbs: bind address \"%s\" for connection set-up is not a concrete IP address",
-             bind.c_str());
-    listener_ = std::make_unique<tcp::Listener>(io_, address, params_);
-    listener_->setServiceHook([this] { progressPassive(); });
-  } catch (...) {
-    cache_.reset();
-    if (channel_ != nullptr)
-      ibv_destroy_comp_channel(channel_);
-    ibv_dealloc_pd(pd_);
-    throw;
-  }
+  channel_.reset(ibv_create_comp_channel(port_.context.get()));
+  GS_CHECK(channel_ != nullptr, Errc::kSystem, "verbs %s: cannot create a completion channel",
+           port_.name().c_str());
+  setNonBlocking(channel_->fd, "completion channel");
+  setNonBlocking(port_.context->async_fd, "async event queue");
+  cache_ = std::make_shared<RegistrationCache>(pd_.get(), port_.name());
+  const std::string bind = options.bindAddress.empty() ? "127.0.0.1" : options.bindAddress;
+  boost::system::error_code ec;
+  asio::ip::address address = asio::ip::make_address(bind, ec);
+  GS_CHECK(!ec && !address.is_unspecified(), Errc::kInvalidArgument,
+           "verbs: bind address \"%s\" for connection set-up is not a concrete IP address",
+           bind.c_str());
+  listener_ = std::make_unique<tcp::Listener>(io_, address, params_);
+  listener_->setServiceHook([this] { progressPassive(); });
   GS_LOG_INFO("verbs: rank %d uses %s, GID %s, active MTU %d, GPU buffers: %s", params_.rank,
               port_.name().c_str(), port_.gidDescription.c_str(),
               128 << static_cast<int>(port_.attr.active_mtu), gpuMemoryPath().c_str());
@@ -114,17 +107,13 @@ Device::~Device() {
   // rather than failing under a registration still in use.
   const bool regionsLeft = cache_.use_count() > 1;
   cache_.reset();
-  if (channel_ != nullptr && ibv_destroy_comp_channel(channel_) != 0)
-    GS_LOG_WARN("verbs %s: cannot destroy the completion channel: %s", port_.name().c_str(),
-                strerror(errno));
   if (regionsLeft) {
     GS_LOG_ERROR("verbs %s: device destroyed while memory regions are still registered",
                  port_.name().c_str());
-    return;
+    (void)pd_.release();  // left to the regions' MRs; the context then stays open as well
+    (void)port_.context.release();
   }
-  if (ibv_dealloc_pd(pd_) != 0)
-    GS_LOG_WARN("verbs %s: cannot free the protection domain: %s", port_.name().c_str(),
-                strerror(errno));
+  // The members go in reverse order: channel, PD, then the context (port_).
 }
 
 DeviceProperties Device::properties() const {
@@ -282,13 +271,13 @@ void Device::detach(Connection* connection) {
 void Device::drainChannel() noexcept {
   ibv_cq* cq = nullptr;
   void* context = nullptr;
-  while (ibv_get_cq_event(channel_, &cq, &context) == 0)
+  while (ibv_get_cq_event(channel_.get(), &cq, &context) == 0)
     static_cast<Connection*>(context)->countCqEvent();
 }
 
 void Device::serviceAsyncEvents() noexcept {
   ibv_async_event event{};
-  while (ibv_get_async_event(port_.context, &event) == 0) {
+  while (ibv_get_async_event(port_.context.get(), &event) == 0) {
     const char* what = ibv_event_type_str(event.event_type);
     std::lock_guard lock(connectionsMutex_);
     switch (event.event_type) {

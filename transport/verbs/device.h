@@ -47,8 +47,8 @@ class Device final : public transport::Device {
   const SelectedPort& port() const { return port_; }
   const Config& config() const { return config_; }
   int rank() const { return params_.rank; }
-  ibv_pd* pd() const { return pd_; }
-  ibv_comp_channel* channel() const { return channel_; }
+  ibv_pd* pd() const { return pd_.get(); }
+  ibv_comp_channel* channel() const { return channel_.get(); }
   void detach(Connection* connection);
   /// Reads pending async events (QP fatal, port down, ...) and fails the connections they
   /// concern. Never blocks.
@@ -73,9 +73,9 @@ class Device final : public transport::Device {
 
   Config config_;
   tcp::HandshakeParams params_;
-  SelectedPort port_;
-  ibv_pd* pd_ = nullptr;
-  ibv_comp_channel* channel_ = nullptr;
+  SelectedPort port_;  // owns the device context: declared first, destroyed last
+  VerbsPtr<ibv_pd> pd_;
+  VerbsPtr<ibv_comp_channel> channel_;
   std::shared_ptr<RegistrationCache> cache_;
   boost::asio::io_context io_;
   std::unique_ptr<tcp::Listener> listener_;

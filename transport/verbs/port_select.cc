@@ -67,7 +67,7 @@ void chooseRoceGid(SelectedPort& p) {
   int v2Any = -1, v2Ipv4 = -1;
   for (int i = 0; i < p.attr.gid_tbl_len; ++i) {
     ibv_gid_entry e{};
-    if (ibv_query_gid_ex(p.context, p.port, i, &e, 0) != 0 || isZero(e.gid))
+    if (ibv_query_gid_ex(p.context.get(), p.port, i, &e, 0) != 0 || isZero(e.gid))
       continue;
     if (e.gid_type != IBV_GID_TYPE_ROCE_V2)
       continue;
@@ -82,23 +82,6 @@ void chooseRoceGid(SelectedPort& p) {
 }
 
 }  // namespace
-
-SelectedPort::SelectedPort(SelectedPort&& o) noexcept
-    : context(o.context),
-      deviceName(std::move(o.deviceName)),
-      port(o.port),
-      attr(o.attr),
-      ethernet(o.ethernet),
-      gidIndex(o.gidIndex),
-      gid(o.gid),
-      gidDescription(std::move(o.gidDescription)) {
-  o.context = nullptr;
-}
-
-SelectedPort::~SelectedPort() {
-  if (context != nullptr)
-    ibv_close_device(context);
-}
 
 std::vector<HcaFilter> parseHcaList(const std::string& text) {
   std::vector<HcaFilter> out;
@@ -155,16 +138,16 @@ SelectedPort selectPort(const Config& config, int rank) {
   std::string seen;
   for (int d = 0; d < list.count; ++d) {
     const char* name = ibv_get_device_name(list.devices[d]);
-    ibv_context* ctx = ibv_open_device(list.devices[d]);
+    VerbsPtr<ibv_context> ctx(ibv_open_device(list.devices[d]));
     if (ctx == nullptr) {
       seen += formatString(" %s (cannot open: %s)", name, strerror(errno));
       continue;
     }
     ibv_device_attr dattr{};
-    if (ibv_query_device(ctx, &dattr) == 0) {
+    if (ibv_query_device(ctx.get(), &dattr) == 0) {
       for (int port = 1; port <= dattr.phys_port_cnt; ++port) {
         ibv_port_attr pattr{};
-        if (ibv_query_port(ctx, port, &pattr) != 0)
+        if (ibv_query_port(ctx.get(), port, &pattr) != 0)
           continue;
         const bool active = pattr.state == IBV_PORT_ACTIVE;
         seen += formatString(" %s:%d (%s%s)", name, port, ibv_port_state_str(pattr.state),
@@ -173,7 +156,6 @@ SelectedPort selectPort(const Config& config, int rank) {
           candidates.push_back({d, port});
       }
     }
-    ibv_close_device(ctx);
   }
   GS_CHECK(!candidates.empty(), Errc::kUnsupported, "verbs: no active RDMA port to use; found:%s",
            seen.empty() ? " nothing" : seen.c_str());
@@ -182,10 +164,10 @@ SelectedPort selectPort(const Config& config, int rank) {
   SelectedPort p;
   p.deviceName = ibv_get_device_name(list.devices[c.device]);
   p.port = c.port;
-  p.context = ibv_open_device(list.devices[c.device]);
+  p.context.reset(ibv_open_device(list.devices[c.device]));
   GS_CHECK(p.context != nullptr, Errc::kSystem, "verbs: cannot open %s: %s", p.deviceName.c_str(),
            strerror(errno));
-  GS_CHECK(ibv_query_port(p.context, p.port, &p.attr) == 0, Errc::kSystem,
+  GS_CHECK(ibv_query_port(p.context.get(), p.port, &p.attr) == 0, Errc::kSystem,
            "verbs: cannot query %s: %s", p.name().c_str(), strerror(errno));
   p.ethernet = p.attr.link_layer == IBV_LINK_LAYER_ETHERNET;
 
@@ -200,9 +182,10 @@ SelectedPort selectPort(const Config& config, int rank) {
     p.gidIndex = 0;
   }
   ibv_gid_entry entry{};
-  GS_CHECK(ibv_query_gid_ex(p.context, p.port, p.gidIndex, &entry, 0) == 0 && !isZero(entry.gid),
-           Errc::kInvalidArgument, "verbs: GID index %d of %s is empty or unreadable%s", p.gidIndex,
-           p.name().c_str(), config.ibGidIndex >= 0 ? " (set by GS_IB_GID_INDEX)" : "");
+  GS_CHECK(
+      ibv_query_gid_ex(p.context.get(), p.port, p.gidIndex, &entry, 0) == 0 && !isZero(entry.gid),
+      Errc::kInvalidArgument, "verbs: GID index %d of %s is empty or unreadable%s", p.gidIndex,
+      p.name().c_str(), config.ibGidIndex >= 0 ? " (set by GS_IB_GID_INDEX)" : "");
   p.gid = entry.gid;
   p.gidDescription = formatString("%s (index %d, %s)", gidText(p.gid).c_str(), p.gidIndex,
                                   gidTypeName(entry.gid_type));

@@ -6,6 +6,7 @@
 #include <infiniband/verbs.h>
 
 #include "common/config.h"
+#include "transport/verbs/handles.h"
 
 namespace gs::transport::verbs {
 
@@ -22,13 +23,7 @@ std::vector<HcaFilter> parseHcaList(const std::string& text);
 /// The port this rank uses, with its GID and MTU: everything a connection's address needs.
 /// Owns the opened device context.
 struct SelectedPort {
-  SelectedPort() = default;
-  SelectedPort(const SelectedPort&) = delete;
-  SelectedPort& operator=(const SelectedPort&) = delete;
-  SelectedPort(SelectedPort&& other) noexcept;
-  ~SelectedPort();
-
-  ibv_context* context = nullptr;
+  VerbsPtr<ibv_context> context;
   std::string deviceName;
   int port = 0;
   ibv_port_attr attr{};

@@ -33,13 +33,9 @@ const char* memoryPathName(MemoryPath path) {
 RegistrationCache::RegistrationCache(ibv_pd* pd, std::string deviceName)
     : pd_(pd), deviceName_(std::move(deviceName)) {}
 
-RegistrationCache::~RegistrationCache() {
-  // Regions hold the cache alive, so every entry has been released by now.
-  for (auto& e : entries_) {
-    if (e->mr != nullptr)
-      ibv_dereg_mr(e->mr);
-  }
-}
+// Regions hold the cache alive, so every entry has been released by now; any left deregister
+// with the entries.
+RegistrationCache::~RegistrationCache() = default;
 
 size_t RegistrationCache::size() const {
   std::lock_guard lock(mutex_);
@@ -72,7 +68,7 @@ RegistrationCache::Entry* RegistrationCache::registerRange(void* data, size_t by
     entry->end = gpu.base + gpu.size;
     const int fd = exportDmaBuf(gpu.base, gpu.size);
     if (fd >= 0) {
-      entry->mr = ibv_reg_dmabuf_mr(pd_, 0, gpu.size, gpu.base, fd, kAccess);
+      entry->mr.reset(ibv_reg_dmabuf_mr(pd_, 0, gpu.size, gpu.base, fd, kAccess));
       const int err = errno;
       close(fd);
       if (entry->mr != nullptr)
@@ -82,7 +78,7 @@ RegistrationCache::Entry* RegistrationCache::registerRange(void* data, size_t by
                     deviceName_.c_str(), strerror(err));
     }
     if (entry->mr == nullptr) {
-      entry->mr = ibv_reg_mr(pd_, reinterpret_cast<void*>(gpu.base), gpu.size, kAccess);
+      entry->mr.reset(ibv_reg_mr(pd_, reinterpret_cast<void*>(gpu.base), gpu.size, kAccess));
       entry->path = MemoryPath::kGpuPeerMem;
     }
     GS_CHECK(entry->mr != nullptr, Errc::kSystem,
@@ -92,7 +88,7 @@ RegistrationCache::Entry* RegistrationCache::registerRange(void* data, size_t by
   } else {
     entry->start = start;
     entry->end = end;
-    entry->mr = ibv_reg_mr(pd_, data, bytes, kAccess);
+    entry->mr.reset(ibv_reg_mr(pd_, data, bytes, kAccess));
     GS_CHECK(entry->mr != nullptr, Errc::kSystem,
              "verbs %s: ibv_reg_mr of %zu bytes at %p failed: %s (is the locked-memory limit, "
              "ulimit -l, too low?)",
@@ -107,8 +103,7 @@ void RegistrationCache::release(Entry* entry) noexcept {
   std::lock_guard lock(mutex_);
   if (--entry->refs > 0)
     return;
-  if (ibv_dereg_mr(entry->mr) != 0)
-    GS_LOG_WARN("verbs %s: ibv_dereg_mr failed: %s", deviceName_.c_str(), strerror(errno));
+  entry->mr.reset();  // ibv_dereg_mr, reported by the deleter
   entries_.erase(std::find_if(entries_.begin(), entries_.end(),
                               [&](const auto& e) { return e.get() == entry; }));
 }

@@ -8,6 +8,7 @@
 #include <infiniband/verbs.h>
 
 #include "transport/memory.h"
+#include "transport/verbs/handles.h"
 
 namespace gs::transport::verbs {
 
@@ -36,7 +37,7 @@ class RegistrationCache : public std::enable_shared_from_this<RegistrationCache>
   struct Entry {
     uintptr_t start = 0;
     uintptr_t end = 0;
-    ibv_mr* mr = nullptr;
+    VerbsPtr<ibv_mr> mr;
     int refs = 0;
     MemoryPath path = MemoryPath::kHost;
   };

@@ -1,11 +1,38 @@
 // Verbs configuration parsing: runs on every host (no RDMA device needed).
+#include <cerrno>
+#include <string>
+
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "transport/verbs/handles.h"
 #include "transport/verbs/port_select.h"
 
 namespace gs::transport::verbs {
 namespace {
+
+// ibv_destroy_* / ibv_dealloc_pd / ibv_dereg_mr return the error number; the teardown report
+// must name the call and that reason (not whatever errno holds), and say nothing on success.
+TEST(VerbsTeardown, ReportsTheReturnedErrorNotErrno) {
+  ::testing::internal::CaptureStderr();
+  errno = ENOENT;
+  reportTeardown(EBUSY, "ibv_dealloc_pd");
+  reportTeardown(0, "ibv_destroy_qp");
+  errno = EINVAL;
+  reportTeardown(-1, "ibv_destroy_cq");  // a provider returning -1 leaves the reason in errno
+  const std::string out = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(out.find("verbs: ibv_dealloc_pd failed: Device or resource busy"), std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("No such file"), std::string::npos) << out;
+  EXPECT_EQ(out.find("ibv_destroy_qp"), std::string::npos) << out;
+  EXPECT_NE(out.find("verbs: ibv_destroy_cq failed: Invalid argument"), std::string::npos) << out;
+}
+
+TEST(VerbsTeardown, AnEmptyOwnerCallsNothing) {
+  VerbsPtr<ibv_pd> pd;
+  VerbsPtr<ibv_qp> qp(nullptr);
+  EXPECT_EQ(pd.get(), nullptr);  // destroying them must not call into libibverbs with NULL
+}
 
 TEST(VerbsHcaList, ParsesNamesPortsAndWhitespace) {
   auto list = parseHcaList(" mlx5_0:1, mlx5_1 ,rxe0:2");
