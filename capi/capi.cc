@@ -237,7 +237,6 @@ gs::stream::CollectiveArgs allreduceArgs(
   return reduceArgs(gs::stream::CollectiveKind::kAllReduce, send, recv, count, dtype, op);
 }
 
-
 gs::stream::CollectiveArgs reduceScatterArgs(const void* send,
                                              void* recv,
                                              size_t recvcount,

@@ -135,8 +135,8 @@ void GradientStream::checkAllMarked(const char* call) const {
   if (nextToSubmit_ < buckets_.size()) {
     const Bucket& b = buckets_[buckets_.size() - 1 - nextToSubmit_];
     GS_CHECK(false, Errc::kInvalidArgument,
-             "%s: elements of [%zu, %zu) were never marked ready (%zu of %zu are)", call,
-             b.offset, b.offset + b.count, b.readyCount, b.count);
+             "%s: elements of [%zu, %zu) were never marked ready (%zu of %zu are)", call, b.offset,
+             b.offset + b.count, b.readyCount, b.count);
   }
 }
 

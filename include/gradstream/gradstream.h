@@ -359,9 +359,7 @@ GS_API gs_status_t gs_stream_wait(gs_stream_t stream, int timeout_ms);
  * of gs_request_on_complete apply). GS_ERR_INVALID_ARGUMENT if some range was never marked
  * ready. The next gs_stream_begin, residual save / load and gs_stream_close may follow once fn
  * has been called. */
-GS_API gs_status_t gs_stream_on_complete(gs_stream_t stream,
-                                         gs_completion_fn fn,
-                                         void* user_data);
+GS_API gs_status_t gs_stream_on_complete(gs_stream_t stream, gs_completion_fn fn, void* user_data);
 /** Waits (bounded) for work in flight, then frees the stream. NULL is a no-op. */
 GS_API gs_status_t gs_stream_close(gs_stream_t stream);
 /** Error-feedback state, for checkpoints: its size, and a copy out / in (between iterations). */

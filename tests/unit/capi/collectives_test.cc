@@ -397,8 +397,8 @@ TEST_P(CollectivesTest, EveryNonBlockingKindCompletesInOrderWithCallbacks) {
   Failures f;
   runRanks(n, options(), [&](int rank, gs_comm_t comm) {
     const size_t count = 3001;  // per rank block: not a multiple of anything
-    std::vector<float> rsIn(count * n), rsOut(count), agIn(count), agOut(count * n),
-        bc(count), ar(count);
+    std::vector<float> rsIn(count * n), rsOut(count), agIn(count), agOut(count * n), bc(count),
+        ar(count);
     for (size_t i = 0; i < rsIn.size(); ++i)
       rsIn[i] = static_cast<float>(i % 7 + rank);
     for (size_t i = 0; i < count; ++i) {
