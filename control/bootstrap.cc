@@ -78,10 +78,12 @@ std::string formatRanks(const std::vector<int>& ranks) {
 // only on the server thread.
 struct ServerSession : std::enable_shared_from_this<ServerSession> {
   ServerSession(tcp::socket s, std::string peerText)
-      : socket(std::move(s)), peer(std::move(peerText)) {}
+      : socket(std::move(s)), peer(std::move(peerText)), authTimer(socket.get_executor()) {}
 
   tcp::socket socket;
   std::string peer;
+  asio::steady_timer authTimer;  // closes the connection unless it registers in time
+  bool authenticating = true;    // counted in RendezvousServer::Impl::unauthenticated
   std::array<uint8_t, wire::kHeaderBytes> header{};
   std::vector<uint8_t> body;
   wire::Nonce serverNonce{};
@@ -100,7 +102,12 @@ using SessionPtr = std::shared_ptr<ServerSession>;
 
 struct RendezvousServer::Impl {
   Impl(const std::string& address, uint16_t port, const Secret& s, const Config& config)
-      : secret(s), timeoutMs(config.timeoutMs), acceptor(io), timer(io), creatorPid(getpid()) {
+      : secret(s),
+        timeoutMs(config.timeoutMs),
+        authMs(authDeadlineMs(config.timeoutMs)),
+        acceptor(io),
+        timer(io),
+        creatorPid(getpid()) {
     IpAddress ip = IpAddress::parse(address, "rendezvous address");
     tcp::endpoint ep(toAsio(ip), port);
     error_code ec;
@@ -117,6 +124,13 @@ struct RendezvousServer::Impl {
     id.port = acceptor.local_endpoint().port();
     id.secret = secret;
     GS_LOG_DEBUG("rendezvous server listening on %s", id.endpoint().c_str());
+    // Until the first rank registers the listener lives one timeout; the first registration
+    // restarts the clock for the whole rendezvous (onRegister).
+    timer.expires_after(std::chrono::milliseconds(timeoutMs));
+    timer.async_wait([this](error_code tec) {
+      if (!tec && !done && nranks == 0)
+        giveUp();
+    });
     acceptNext();
     thread = std::thread([this] {
       try {
@@ -152,9 +166,21 @@ struct RendezvousServer::Impl {
     finished.store(true);
   }
 
+  // How long a connection may take from accept to a valid registration: a fraction of the
+  // timeout, so connections that never authenticate cannot hold the listener's slots.
+  static int64_t authDeadlineMs(int64_t timeoutMs) {
+    return std::clamp<int64_t>(timeoutMs / 4, 100, 5000);
+  }
+
   // ---- everything below runs on the server thread ----
 
   void acceptNext() {
+    if (unauthenticated >= kMaxUnauthenticated) {
+      // Full: accept nothing until a connection registers or goes; those waiting stay in the
+      // kernel's backlog, bounded by their own deadlines.
+      acceptPaused = true;
+      return;
+    }
     acceptor.async_accept([this](error_code ec, tcp::socket socket) {
       if (ec) {
         if (ec != asio::error::operation_aborted && !done) {
@@ -169,9 +195,30 @@ struct RendezvousServer::Impl {
       auto session = std::make_shared<ServerSession>(
           std::move(socket), peerEc ? std::string("<unknown peer>") : endpointText(remote));
       sessions.insert(session);
+      ++unauthenticated;
+      session->authTimer.expires_after(std::chrono::milliseconds(authMs));
+      session->authTimer.async_wait([this, session](error_code tec) {
+        if (!tec && session->authenticating)
+          reject(session, Errc::kTimeout,
+                 formatString("did not authenticate within %lld ms of connecting",
+                              static_cast<long long>(authMs)));
+      });
       readMessage(session, {MsgType::kHello}, [this, session] { onHello(session); });
       acceptNext();
     });
+  }
+
+  // A connection left the unauthenticated pool (registered or closed): maybe accept again.
+  void authenticated(const SessionPtr& s) {
+    if (!s->authenticating)
+      return;
+    s->authenticating = false;
+    s->authTimer.cancel();
+    --unauthenticated;
+    if (acceptPaused && !done) {
+      acceptPaused = false;
+      acceptNext();
+    }
   }
 
   // Reads one message whose type is in `allowed` into session->body, then calls `next`.
@@ -246,8 +293,8 @@ struct RendezvousServer::Impl {
                                  r.rank, byRank[r.rank]->peer.c_str()));
     }
     if (nranks == 0) {
-      // The clock starts at the first rank: before that nobody is waiting, and the user may
-      // hand the unique id around for as long as they like.
+      // The clock restarts at the first rank: from now on every rank has one timeout to
+      // arrive (before, the listener's own timeout ran: see the constructor).
       nranks = r.nranks;
       byRank.assign(static_cast<size_t>(nranks), nullptr);
       timer.expires_after(std::chrono::milliseconds(timeoutMs));
@@ -259,6 +306,7 @@ struct RendezvousServer::Impl {
     s->registered = true;
     s->rank = r.rank;
     byRank[r.rank] = s;
+    authenticated(s);
     GS_LOG_DEBUG("rendezvous: rank %d of %d registered from %s", r.rank, nranks, s->peer.c_str());
     send(s, wire::frame(MsgType::kStatus, wire::encodeStatus(Errc::kOk, "")));
     readMessage(s, {MsgType::kPayload}, [this, s] { onPayload(s); });
@@ -301,9 +349,12 @@ struct RendezvousServer::Impl {
         silent.push_back(r);
       }
     }
-    std::string message = formatString(
-        "rendezvous timed out after %lld ms: %d of %d ranks registered",
-        static_cast<long long>(timeoutMs), nranks - static_cast<int>(missing.size()), nranks);
+    std::string message =
+        nranks == 0 ? formatString("rendezvous timed out after %lld ms: no rank registered",
+                                   static_cast<long long>(timeoutMs))
+                    : formatString("rendezvous timed out after %lld ms: %d of %d ranks registered",
+                                   static_cast<long long>(timeoutMs),
+                                   nranks - static_cast<int>(missing.size()), nranks);
     if (!missing.empty())
       message += "; rank(s) " + formatRanks(missing) + " never arrived";
     if (!silent.empty()) {
@@ -393,6 +444,7 @@ struct RendezvousServer::Impl {
     s->socket.shutdown(tcp::socket::shutdown_both, ignored);
     s->socket.close(ignored);
     sessions.erase(s);
+    authenticated(s);  // its slot in the unauthenticated pool is free
     if (s->registered && !done) {
       // A rank that left may come back (a retried process); until then it counts as missing.
       byRank[s->rank] = nullptr;
@@ -401,8 +453,12 @@ struct RendezvousServer::Impl {
     }
   }
 
+  // Connections accepted but not yet registered, at most: beyond it accepting pauses.
+  static constexpr int kMaxUnauthenticated = 64;
+
   Secret secret;
   int64_t timeoutMs;
+  int64_t authMs;  // authDeadlineMs(timeoutMs)
   UniqueId id;
   // Declared before everything that holds sockets or handlers, so it is destroyed last.
   asio::io_context io;
@@ -412,7 +468,9 @@ struct RendezvousServer::Impl {
   std::vector<SessionPtr> byRank;  // registered connection per rank (size nranks once known)
   int nranks = 0;                  // 0 until the first registration
   int payloads = 0;
-  bool done = false;  // result or timeout sent; nothing new is accepted
+  int unauthenticated = 0;    // sessions with authenticating set
+  bool acceptPaused = false;  // acceptNext() found the pool full
+  bool done = false;          // result or timeout sent; nothing new is accepted
   std::atomic<bool> finished{false};
   std::mutex stopMutex;
   pid_t creatorPid;

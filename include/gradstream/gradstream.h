@@ -117,8 +117,10 @@ GS_API const char* gs_version_string(void);
 
 /**
  * Creates a unique id on rank 0 and starts its rendezvous listener (on the interface named by
- * GS_SOCKET_IFNAME, loopback when unset). The listener lives until rank 0 joins with
- * gs_comm_init_rank() and every rank has registered, or until the timeout passes.
+ * GS_SOCKET_IFNAME, loopback when unset). The listener lives until every rank has registered,
+ * or until the timeout (GS_TIMEOUT_MS) passes: from this call while no rank has registered,
+ * from the first registration on after that. Connections that do not authenticate within a
+ * quarter of the timeout (at most 5 s) are closed.
  */
 GS_API gs_status_t gs_get_unique_id(gs_unique_id_t* out_id);
 

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <random>
 #include <thread>
@@ -384,6 +385,45 @@ TEST(Bootstrap, GarbageAndHugeLengthsDoNotHurtTheServer) {
   auto outcomes = runRanks(id, 2, Deadline::afterMs(2500));
   for (const auto& o : outcomes)
     expectComplete(o, 2);
+}
+
+// Connections that never authenticate are cut after a fraction of the timeout (2000 ms: 500 ms)
+// and, however many there are, cannot keep the real ranks out: past 64 the server stops
+// accepting until slots free, so the ranks wait in the backlog rather than being turned away.
+TEST(Bootstrap, IdleConnectionsAreCutAndDoNotStarveTheRanks) {
+  RendezvousServer server("127.0.0.1", 0, randomSecret(), testConfig(2000));
+  UniqueId id = server.uniqueId();
+  std::vector<std::unique_ptr<RawSocket>> idle;
+  for (int i = 0; i < 100; ++i)
+    idle.push_back(std::make_unique<RawSocket>(id.port));
+  const auto start = Clock::now();
+  auto outcomes = runRanks(id, 2, Deadline::afterMs(4000));
+  for (const auto& o : outcomes)
+    expectComplete(o, 2);
+  EXPECT_LT(Clock::now() - start, 3000ms);
+  auto reply = idle.front()->readToEnd();
+  ASSERT_GE(reply.size(), wire::kHeaderBytes + 4) << "the idle connection was never closed";
+  auto [code, text] = wire::decodeStatus(std::span(reply).subspan(wire::kHeaderBytes));
+  EXPECT_EQ(code, Errc::kTimeout);
+  EXPECT_NE(text.find("did not authenticate within 500 ms"), std::string::npos) << text;
+}
+
+// Before anyone registers the listener still lives only its timeout: it closes, and a
+// connection that said nothing is cut.
+TEST(Bootstrap, TheListenerEndsAtItsTimeoutWhenNobodyJoins) {
+  RendezvousServer server("127.0.0.1", 0, randomSecret(), testConfig(300));
+  const uint16_t port = server.uniqueId().port;
+  RawSocket early(port);
+  ASSERT_TRUE(early.connected());
+  const auto start = Clock::now();
+  while (!server.finished() && Clock::now() - start < 3s)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(server.finished()) << "the listener outlived its 300 ms timeout by 3 s";
+  EXPECT_GE(Clock::now() - start, 250ms);
+  RawSocket late(port);
+  EXPECT_FALSE(late.connected()) << "still accepting after the timeout";
+  EXPECT_TRUE(early.readToEnd().size() >= wire::kHeaderBytes) << "the early connection was not "
+                                                                 "told anything";
 }
 
 // ---- the wire decoders on their own ------------------------------------------------------------
