@@ -138,11 +138,10 @@ Device::Device(const DeviceOptions& options)
     : rank_(options.rank), nranks_(options.nranks), secret_(options.secret) {
   GS_CHECK(rank_ >= 0 && rank_ < nranks_, Errc::kInvalidArgument,
            "shm device: rank %d outside [0, %d)", rank_, nranks_);
-  static std::once_flag swept;
-  std::call_once(swept, [] {
-    if (int n = removeStaleSegments())
-      GS_LOG_INFO("shm: removed %d segments left in /dev/shm by exited processes", n);
-  });
+  // Every device sweeps, not only a process's first: survivors of a killed rank that form a
+  // new communicator in the same processes reclaim what it left (one readdir of /dev/shm).
+  if (int n = removeStaleSegments())
+    GS_LOG_INFO("shm: removed %d segments left in /dev/shm by exited processes", n);
   const Secret random = randomSecret();
   std::memcpy(&token_, random.data(), sizeof(token_));
   prefix_ = formatString("/gs-%d-%016llx", static_cast<int>(getpid()),
