@@ -128,17 +128,24 @@ class ProcessGroupGradstream(dist.ProcessGroup):
         return _create_work_from_future(future)
 
     # -- collectives -------------------------------------------------------------------------
-    def allreduce(self, tensors, opts=None):
-        op = T.gs_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
-        device, stream = self._begin(tensors, "allreduce tensor")
+    def _in_place_each(self, what, tensors, issue):
+        """One in-place request per tensor (a non-contiguous one through a staged copy):
+        issue(address, count, dtype, done, stream)."""
+        device, stream = self._begin(tensors, f"{what} tensor")
         future = T.new_future(device)
         staged = [T.contiguous(t) for t in tensors]
-        done = _Completion(future, tensors, len(tensors), "allreduce",
+        done = _Completion(future, tensors, len(tensors), what,
                            [wb for _, wb in staged if wb is not None])
         for buf, _ in staged:
-            self._comm.allreduce(buf.data_ptr(), buf.data_ptr(), buf.numel(),
-                                 T.gs_dtype(buf, "allreduce tensor"), op, done, stream)
+            issue(buf.data_ptr(), buf.numel(), T.gs_dtype(buf, f"{what} tensor"), done, stream)
         return self._work(future)
+
+    def allreduce(self, tensors, opts=None):
+        op = T.gs_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        return self._in_place_each(
+            "allreduce", tensors,
+            lambda p, n, dtype, done, stream: self._comm.allreduce(p, p, n, dtype, op, done,
+                                                                   stream))
 
     def allreduce_coalesced(self, tensors, opts=None):
         """One request over the tensors flattened (per dtype), results copied back."""
@@ -171,15 +178,10 @@ class ProcessGroupGradstream(dist.ProcessGroup):
             raise ValueError(f"gradstream: broadcast rootTensor {opts.rootTensor} is not "
                              "supported (one tensor per rank)")
         self._check_rank(root, "broadcast root")
-        device, stream = self._begin(tensors, "broadcast tensor")
-        future = T.new_future(device)
-        staged = [T.contiguous(t) for t in tensors]
-        done = _Completion(future, tensors, len(tensors), "broadcast",
-                           [wb for _, wb in staged if wb is not None])
-        for buf, _ in staged:
-            self._comm.broadcast(buf.data_ptr(), buf.data_ptr(), buf.numel(),
-                                 T.gs_dtype(buf, "broadcast tensor"), root, done, stream)
-        return self._work(future)
+        return self._in_place_each(
+            "broadcast", tensors,
+            lambda p, n, dtype, done, stream: self._comm.broadcast(p, p, n, dtype, root, done,
+                                                                   stream))
 
     def _gather_into(self, output, input, what, done, stream):
         """allgather of input into the flat output (numel = size x input's)."""
