@@ -226,8 +226,14 @@ gs::stream::CollectiveArgs reduceArgs(gs::stream::CollectiveKind kind,
   return a;
 }
 
-gs::stream::CollectiveArgs allreduceArgs(
-    const void* send, void* recv, size_t count, gs_dtype_t dtype, gs_redop_t op, gs_comm_t comm) {
+// The builders take dtype and op by reference: a C caller may pass any integer, and copying an
+// enum outside its range is undefined before checkTypes has looked at it through memcpy.
+gs::stream::CollectiveArgs allreduceArgs(const void* send,
+                                         void* recv,
+                                         size_t count,
+                                         const gs_dtype_t& dtype,
+                                         const gs_redop_t& op,
+                                         gs_comm_t comm) {
   communicator(comm);
   checkTypes(dtype, op);
   const size_t bytes = bytesOf(count, dtype, 1, "count");
@@ -240,8 +246,8 @@ gs::stream::CollectiveArgs allreduceArgs(
 gs::stream::CollectiveArgs reduceScatterArgs(const void* send,
                                              void* recv,
                                              size_t recvcount,
-                                             gs_dtype_t dtype,
-                                             gs_redop_t op,
+                                             const gs_dtype_t& dtype,
+                                             const gs_redop_t& op,
                                              gs_comm_t comm) {
   auto& c = communicator(comm);
   checkTypes(dtype, op);
@@ -250,7 +256,7 @@ gs::stream::CollectiveArgs reduceScatterArgs(const void* send,
 }
 
 gs::stream::CollectiveArgs allgatherArgs(
-    const void* send, void* recv, size_t sendcount, gs_dtype_t dtype, gs_comm_t comm) {
+    const void* send, void* recv, size_t sendcount, const gs_dtype_t& dtype, gs_comm_t comm) {
   auto& c = communicator(comm);
   checkTypes(dtype, GS_SUM);
   checkBlockBuffers(c, send, recv, sendcount, dtype, "sendcount", false);
@@ -258,7 +264,7 @@ gs::stream::CollectiveArgs allgatherArgs(
 }
 
 gs::stream::CollectiveArgs broadcastArgs(
-    const void* send, void* recv, size_t count, gs_dtype_t dtype, int root, gs_comm_t comm) {
+    const void* send, void* recv, size_t count, const gs_dtype_t& dtype, int root, gs_comm_t comm) {
   auto& c = communicator(comm);
   checkTypes(dtype, GS_SUM);
   GS_ARG(root >= 0 && root < c.size(), "root %d is out of range [0, %d)", root, c.size());
