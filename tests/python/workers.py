@@ -122,8 +122,9 @@ def collectives():
     assert torch.equal(view, (torch.arange(60, dtype=torch.float32).reshape(6, 10) * tri)[:, ::3])
     assert torch.equal(m[:, 1], torch.arange(60, dtype=torch.float32).reshape(6, 10)[:, 1] *
                        (RANK + 1)), "elements outside the view changed"
-    tposed = torch.arange(12, dtype=torch.float64).reshape(3, 4).t()
-    dist.broadcast(tposed, src=0)
+    tposed = (torch.arange(12, dtype=torch.float64).reshape(3, 4) * (RANK + 1)).t()
+    dist.broadcast(tposed, src=0)  # a transposed view: staged, then written back
+    assert torch.equal(tposed, torch.arange(12, dtype=torch.float64).reshape(3, 4).t())
     # rooted collectives built on the others
     r = torch.full((9,), float(RANK + 1))
     dist.reduce(r, dst=WORLD - 1)
@@ -395,7 +396,7 @@ def auto_hook():
     params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     assert same_on_every_rank(params), "replicas differ"
     st = state.stats()
-    assert st["collectives"] > 0 and gt.stats()["collectives"] >= 0
+    assert st["collectives"] > 0, "the auto hook's own communicator carried nothing"
     state.close()
     dist.destroy_process_group()
     report(collectives=st["collectives"])

@@ -141,7 +141,7 @@ class ProcessGroupGradstream(dist.ProcessGroup):
         return self._work(future)
 
     def allreduce(self, tensors, opts=None):
-        op = T.gs_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        op = _op(opts)
         return self._in_place_each(
             "allreduce", tensors,
             lambda p, n, dtype, done, stream: self._comm.allreduce(p, p, n, dtype, op, done,
@@ -149,7 +149,7 @@ class ProcessGroupGradstream(dist.ProcessGroup):
 
     def allreduce_coalesced(self, tensors, opts=None):
         """One request over the tensors flattened (per dtype), results copied back."""
-        op = T.gs_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        op = _op(opts)
         device, stream = self._begin(tensors, "allreduce_coalesced tensor")
         future = T.new_future(device)
         groups = {}
@@ -249,14 +249,14 @@ class ProcessGroupGradstream(dist.ProcessGroup):
                                   T.gs_dtype(send, f"{what} input"), op, done, stream)
 
     def reduce_scatter_single(self, output, input, opts=None):
-        op = T.gs_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        op = _op(opts)
         return self._tensor_form("reduce_scatter_tensor", output, input,
                                  lambda *args: self._scatter_reduce(*args, op))
 
     _reduce_scatter_base = reduce_scatter_single
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
-        op = T.gs_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        op = _op(opts)
         self._check_rank_lists("reduce_scatter", input_lists, outputs, "input", "output")
         flat_inputs = [t for ins in input_lists for t in ins]
         device, stream = self._begin(list(outputs) + flat_inputs, "reduce_scatter tensors")
@@ -287,10 +287,9 @@ class ProcessGroupGradstream(dist.ProcessGroup):
     def reduce(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
         self._check_rank(root, "reduce root")
-        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        inner = self.allreduce([t if self._group_rank == root else t.clone() for t in tensors],
-                               dist.AllreduceOptions() if opts is None else _allreduce_opts(op))
-        return inner
+        # ReduceOptions carries reduceOp as AllreduceOptions does: allreduce reads only that.
+        return self.allreduce([t if self._group_rank == root else t.clone() for t in tensors],
+                              opts)
 
     def gather(self, output_lists, inputs, opts=None):
         root = opts.rootRank if opts is not None else 0
@@ -360,10 +359,9 @@ class ProcessGroupGradstream(dist.ProcessGroup):
                              f"{block.numel()}")
 
 
-def _allreduce_opts(op):
-    o = dist.AllreduceOptions()
-    o.reduceOp = op
-    return o
+def _op(opts):
+    """The gs_redop_t of a call's options (their reduceOp; SUM without options)."""
+    return T.gs_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
 
 
 def _create(store, rank, size, timeout):

@@ -149,8 +149,7 @@ class GradstreamState:
             entry.stream.close()
             del self._streams[i]
 
-    def _stream_for(self, bucket):
-        buf = bucket.buffer()
+    def _stream_for(self, bucket, buf):
         params = list(bucket.parameters())
         stream = T.cuda_stream(buf.device)
         layout = (buf.data_ptr(), buf.numel(), buf.dtype, tuple(id(p) for p in params), stream)
@@ -178,9 +177,9 @@ class GradstreamState:
         return entry
 
     def _reduce(self, bucket):
+        buf = bucket.buffer()
         with self._lock:
-            entry = self._stream_for(bucket)
-            buf = bucket.buffer()
+            entry = self._stream_for(bucket, buf)
             future = T.new_future(buf.device)
 
             def done(status, message):
