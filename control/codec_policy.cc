@@ -11,6 +11,7 @@ CodecPolicy::CodecPolicy(const CodecPolicyConfig& config, int64_t initialChunkBy
   decision_.chunkBytes = initialChunkBytes;
   estimates_.resize(config_.rungs);
   bannedUntil_.resize(config_.rungs);
+  movedAt_ = TimePoint{} - config_.minDwell;  // the initial rung may be left at once
 }
 
 double CodecPolicy::estimate(int rung) const {
@@ -39,11 +40,53 @@ bool CodecPolicy::linkBound(const LinkObservation& w) const {
   return waitsForReceiver || queueing || w.retransmits > 0 || w.congestionMarks > 0;
 }
 
-void CodecPolicy::moveTo(int rung, const char* why) {
+double CodecPolicy::margin() const {
+  return std::clamp(1 + config_.noiseMargins * noise_, config_.gainMargin,
+                    std::max(config_.gainMargin, config_.maxMargin));
+}
+
+bool CodecPolicy::changed(int r, double g, TimePoint now, bool* outlier) {
+  *outlier = false;
+  Estimate& e = estimates_[r];
+  if (!fresh(r, now)) {
+    // No figure, or one too old to compare with: this window is the figure.
+    e = Estimate{g, now, true, 1};
+    pendingChange_ = 0;
+    return false;
+  }
+  const double deviation = std::abs(std::log(g / e.goodput));
+  const double threshold =
+      std::max(std::log(config_.changeFactor), std::log1p(2 * config_.noiseMargins * noise_));
+  const int direction = deviation <= threshold ? 0 : g > e.goodput ? 1 : -1;
+  if (direction != 0 && direction == pendingChange_) {
+    // Two windows in a row: the link changed. Every other figure is history, and probing starts
+    // over without back-off.
+    for (Estimate& k : estimates_)
+      k.valid = false;
+    downFailures_ = upFailures_ = 0;
+    nextDown_ = nextUp_ = now;
+    probing_ = false;
+    pendingChange_ = 0;
+    e = Estimate{g, now, true, 1};
+    return true;
+  }
+  pendingChange_ = direction;
+  if (direction != 0) {
+    *outlier = true;  // wait for the next window before believing it
+    return false;
+  }
+  noise_ = 0.8 * noise_ + 0.2 * deviation;
+  e = Estimate{0.5 * e.goodput + 0.5 * g, now, true, e.windows + 1};
+  return false;
+}
+
+void CodecPolicy::moveTo(int rung, const char* why, TimePoint now) {
   if (rung == decision_.rung)
     return;
   decision_.rung = rung;
   decision_.reason = why;
+  movedAt_ = now;
+  pendingChange_ = 0;
 }
 
 CodecDecision CodecPolicy::observe(const LinkObservation& obs) {
@@ -89,19 +132,8 @@ void CodecPolicy::decideRung(const LinkObservation& w) {
   const double g = static_cast<double>(w.logicalBytes) / w.busySeconds;
   const double span = w.busySeconds;
 
-  // A large change at the rung in use means the link changed: the other rungs' figures are
-  // history, and probing starts over without back-off.
-  Estimate& e = estimates_[r];
-  if (e.valid && (g > e.goodput * config_.changeFactor || g * config_.changeFactor < e.goodput)) {
-    for (int k = 0; k < config_.rungs; ++k)
-      estimates_[k].valid = false;
-    downFailures_ = upFailures_ = 0;
-    nextDown_ = nextUp_ = now;
-    probing_ = false;
-  }
-  e.goodput = e.valid ? 0.5 * e.goodput + 0.5 * g : g;
-  e.valid = true;
-  e.at = now;
+  bool outlier = false;
+  changed(r, g, now, &outlier);
 
   // Numerics guardrail: past the budget this rung and every less precise one are off limits.
   if (w.errorSamples > 0 && w.sampledError > config_.errorBudget) {
@@ -113,44 +145,58 @@ void CodecPolicy::decideRung(const LinkObservation& w) {
     while (cur > 0 && banned(cur, now))
       --cur;
     probing_ = false;
-    moveTo(cur, "error budget");
+    moveTo(cur, "error budget", now);
     return;
   }
-  if (r != cur)
-    return;  // measured a rung no longer chosen (a decision arrived mid-window)
+  if (r != cur || outlier)
+    return;  // a rung no longer chosen (a decision arrived mid-window), or one odd window
 
+  // Back-off: downFailures_ / upFailures_ count the moves down / up that were undone (a probe
+  // that did not pay, or a later move the other way). Only a change of conditions clears them,
+  // so a pair of rungs near the margin is revisited ever less often instead of alternating. A
+  // probe kept asks for a look the other way soon (the first back-off step), as it did before.
   if (probing_) {
     probing_ = false;
     const double before = estimate(probeFrom_);
     if (cur > probeFrom_) {
-      if (g > before * config_.gainMargin) {
+      if (g > before * margin()) {
         // Compression pays: keep it, go on down if the link still holds us back, and re-check
         // the precise rungs only later.
-        downFailures_ = 0;
+        // A probe back up costs a window at the precise rung, longer than this one by the
+        // goodputs' ratio (4x from fp8 to raw on a congested link): wait in proportion.
         nextDown_ = now;
-        nextUp_ = now + backoff(1, span);
+        nextUp_ = now + backoff(1, span * g / std::max(before, g * 1e-3));
+        movedAt_ = now;  // the kept rung's dwell starts with the decision to keep it
         return;
       }
       nextDown_ = now + backoff(++downFailures_, span);
-      moveTo(probeFrom_, "less precision did not pay");
+      moveTo(probeFrom_, "less precision did not pay", now);
     } else {
-      if (before > g * config_.gainMargin) {
+      // Kept only inside the half-margin band, as "precision is cheap" below: a pair of rungs
+      // whose gain sits near the margin stays where it is instead of passing both verdicts.
+      if (before > g * (1 + (margin() - 1) / 2)) {
         nextUp_ = now + backoff(++upFailures_, span);
-        moveTo(probeFrom_, "more precision cost too much");
+        moveTo(probeFrom_, "more precision cost too much", now);
         return;
       }
       // Precision is back at little cost: keep it, and try for more.
-      upFailures_ = 0;
       nextUp_ = now;
-      nextDown_ = now + backoff(1, span);
+      nextDown_ = now + backoff(downFailures_ + 1, span);
+      movedAt_ = now;
     }
     return;
   }
+  if (!dwelt(now))
+    return;  // the last decision stands a while: noise must not undo it
 
-  // Up. A more precise rung known to be about as fast wins outright.
-  if (cur > 0 && !banned(cur - 1, now) && known(cur - 1) &&
-      g < estimate(cur - 1) * config_.gainMargin) {
-    moveTo(cur - 1, "precision is cheap");
+  // Up. A more precise rung known to be about as fast wins outright: the compressed rung's gain
+  // fell below half the margin it needed to be chosen (a band, so estimates near the margin do
+  // not move the rung both ways).
+  const double m = margin();
+  if (cur > 0 && !banned(cur - 1, now) && settled(cur - 1) && now >= nextUp_ &&
+      estimate(cur) < estimate(cur - 1) * (1 + (m - 1) / 2)) {
+    nextDown_ = std::max(nextDown_, now + backoff(++downFailures_, span));
+    moveTo(cur - 1, "precision is cheap", now);
     return;
   }
   // Probe the most precise rung with no current figure first: the ladder need not be monotone
@@ -164,19 +210,20 @@ void CodecPolicy::decideRung(const LinkObservation& w) {
     if (!banned(target, now)) {
       probing_ = true;
       probeFrom_ = cur;
-      moveTo(target, "probe up");
+      moveTo(target, "probe up", now);
       return;
     }
   }
   // Down, only while the link (not the encoder) holds the transfer back.
   const int next = cur + 1;
-  if (next < config_.rungs && !banned(next, now)) {
-    if (known(next) && estimate(next) > g * config_.gainMargin) {
-      moveTo(next, "compression pays");
-    } else if (now >= nextDown_ && linkBound(w)) {
+  if (next < config_.rungs && !banned(next, now) && now >= nextDown_) {
+    if (settled(next) && estimate(next) > estimate(cur) * m) {
+      nextUp_ = std::max(nextUp_, now + backoff(++upFailures_, span));
+      moveTo(next, "compression pays", now);
+    } else if (linkBound(w)) {
       probing_ = true;
       probeFrom_ = cur;
-      moveTo(next, "probe down");
+      moveTo(next, "probe down", now);
     }
   }
 }

@@ -20,9 +20,22 @@ struct CodecPolicyConfig {
   /// second of the rung above it: precision is worth something, and the margin is the hysteresis
   /// that keeps two rungs of similar speed from alternating.
   double gainMargin = 1.25;
-  /// A change of the current rung's goodput by this factor (either way) means conditions changed:
-  /// what was measured at other rungs is forgotten and probed again.
+  /// The margin grows with the measured noise: a comparison of two rungs needs a gain of
+  /// 1 + noiseMargins x noise, up to maxMargin. Noise is the link's running mean of
+  /// |ln(window goodput / its rung's estimate)| (one figure for every rung: what makes windows
+  /// vary here, a shared CPU, is the same at every rung): on a shared 2-core host raw's windows
+  /// vary by +-30 %, and a fixed 1.25 let raw and bf16 trade places on noise alone. Rungs are
+  /// compared by their estimates (smoothed), a probe by its one window against the estimate.
+  double noiseMargins = 3;
+  double maxMargin = 2.5;
+  /// A change of the current rung's goodput by this factor (either way; more where the rung's
+  /// noise asks for it: 1 + 2 x noiseMargins x noise), in two windows in a row, means conditions
+  /// changed: what was measured at other rungs is forgotten and probed again. One outlying window
+  /// is neither a change nor part of the estimate.
   double changeFactor = 1.5;
+  /// A rung, once chosen, stands at least this long before the policy moves again on its own
+  /// (judging a probe and the error budget are not held back).
+  std::chrono::nanoseconds minDwell = std::chrono::milliseconds(250);
   /// Observations are pooled until they cover this much busy time (one tiny collective says
   /// little about a link).
   std::chrono::nanoseconds minWindow = std::chrono::milliseconds(50);
@@ -97,13 +110,23 @@ class CodecPolicy {
     double goodput = 0;
     TimePoint at{};
     bool valid = false;
+    int windows = 0;  // how many windows it pools
   };
   bool known(int rung) const { return estimates_[rung].valid; }
+  /// Known from more than one window: a probe's single window carries the full noise, too much
+  /// to move on without measuring again.
+  bool settled(int rung) const { return known(rung) && estimates_[rung].windows > 1; }
   bool fresh(int rung, TimePoint now) const {
     return known(rung) && now - estimates_[rung].at <= config_.estimateLifetime;
   }
   bool linkBound(const LinkObservation& window) const;
-  void moveTo(int rung, const char* why);
+  /// The gain that makes one rung better than another (hysteresis plus the measured noise).
+  double margin() const;
+  /// Folds a window's goodput g at rung r into its estimate; true when the window shows that
+  /// conditions changed (the estimates were reset), false also for a first outlier.
+  bool changed(int r, double g, TimePoint now, bool* outlier);
+  void moveTo(int rung, const char* why, TimePoint now);
+  bool dwelt(TimePoint now) const { return now - movedAt_ >= config_.minDwell; }
   void decideRung(const LinkObservation& window);
   void decideChunk(const LinkObservation& window);
   std::chrono::nanoseconds backoff(int failures, double windowSeconds) const;
@@ -111,6 +134,9 @@ class CodecPolicy {
   CodecPolicyConfig config_;
   CodecDecision decision_;
   std::vector<Estimate> estimates_;
+  double noise_ = 0;       // see CodecPolicyConfig::noiseMargins
+  int pendingChange_ = 0;  // +1 / -1: the last window at the current rung was an outlier
+  TimePoint movedAt_{};
   std::vector<TimePoint> bannedUntil_;
   LinkObservation window_{};
   bool windowOpen_ = false;

@@ -4,6 +4,7 @@
 // started (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, or Slurm / Open MPI variables).
 // --device cuda puts the buffers in CUDA device memory (perf/buffers.h): one loop and one check
 // for both kinds, with the device's copies outside the timed region.
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,7 @@ struct Options {
   bool inPlace = false;
   int timeoutSeconds = 900;
   bool deviceBuffers = false;  // --device cuda
+  std::string timeline;        // --timeline FILE
 };
 
 // Exit statuses; the launcher (--ranks) exits with the first non-zero one of its ranks.
@@ -53,11 +55,14 @@ constexpr int kExitNoDevice = 5;    // --device cuda where CUDA cannot run
           "       [-w warmup] [-c 0|1] [-d float32|float16|bfloat16|float64|int32|int64|uint8]\n"
           "       [-o sum|avg|min|max|prod] [--coll allreduce|reduce_scatter|allgather|broadcast]\n"
           "       [-r root] [--inplace] [--timeout seconds] [--device host|cuda]\n"
+          "       [--timeline FILE]\n"
           "Sizes take K/M/G suffixes. Transport and tuning come from GS_* variables.\n"
           "--device cuda: send/recv buffers in CUDA device memory (device LOCAL_RANK mod the\n"
           "       device count), one stream per rank given to the collectives; each timed\n"
           "       iteration includes the stream synchronization, so the time is until the result\n"
           "       is in device memory. Filling and checking copy outside the timed region.\n"
+          "--timeline FILE: each rank appends a line per timed iteration to FILE.<rank>: bytes,\n"
+          "       steady-clock (CLOCK_MONOTONIC) seconds at its end, its time in us.\n"
           "Exit status: 0 ok, 2 bad arguments, 3 a gradstream or CUDA call failed, 4 wrong\n"
           "       results, 5 --device cuda where CUDA cannot run, 124 ranks over --timeout.\n");
   exit(kExitUsage);
@@ -165,7 +170,9 @@ Options parse(int argc, char** argv) {
       if (d != "host" && d != "cuda")
         usage("--device takes host or cuda");
       o.deviceBuffers = d == "cuda";
-    } else if (a == "-h" || a == "--help")
+    } else if (a == "--timeline")
+      o.timeline = next();
+    else if (a == "-h" || a == "--help")
       usage(nullptr);
     else
       usage(("unknown argument " + a).c_str());
@@ -319,6 +326,17 @@ struct Bench {
   }
 
   void run() {
+    // Per-iteration times for tests that line them up with events (rate changes, decisions).
+    std::unique_ptr<FILE, int (*)(FILE*)> timeline(nullptr, fclose);
+    if (!o.timeline.empty()) {
+      const std::string path = o.timeline + "." + std::to_string(rank);
+      timeline.reset(fopen(path.c_str(), "a"));
+      if (timeline == nullptr) {
+        fprintf(stderr, "gradstream-perf: --timeline: cannot open %s: %s\n", path.c_str(),
+                strerror(errno));
+        exit(kExitUsage);
+      }
+    }
     printf("# gradstream-perf: %s, %d ranks, dtype %s, op %s, %s, %d iterations after %d warm-up\n",
            o.coll.c_str(), nranks, dtypeName(o.dtype), opName(o.op),
            o.inPlace ? "in place" : "out of place", o.iters, o.warmup);
@@ -367,6 +385,10 @@ struct Bench {
         buffers.synchronize();  // end to end: the result is in recv (device memory included)
         auto t1 = std::chrono::steady_clock::now();
         times.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        if (timeline != nullptr) {
+          fprintf(timeline.get(), "%zu %.6f %.1f\n", sizeBytes,
+                  std::chrono::duration<double>(t1.time_since_epoch()).count(), times.back());
+        }
       }
       // The schedule the library chose (GS_ALGO, cost model) for the last timed iteration, read
       // before the tool's own bookkeeping collectives below replace it.

@@ -3,6 +3,8 @@
 #include "control/codec_policy.h"
 
 #include <algorithm>
+#include <cmath>
+#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -142,9 +144,14 @@ TEST(CodecPolicy, RateCutAndRecovery) {
   EXPECT_GE(sim.last(), 2) << "no step down within 5 collectives of the cut";
   sim.run(slow, 10);
   EXPECT_GE(sim.last(), 2);
+  // The recovery may come in the middle of a probe down, whose verdict then credits the lower
+  // rung with the recovery's gain; the look back up waits a back-off scaled to raw's window.
   sim.rungs.clear();
-  sim.run(fast, 5);
-  EXPECT_EQ(sim.last(), 0) << "not back at raw within 5 collectives of the recovery";
+  const TimePoint recovery = sim.now;
+  while (sim.last() != 0 && sim.now - recovery < std::chrono::seconds(10))
+    sim.run(fast, 1);
+  EXPECT_EQ(sim.last(), 0) << "not back at raw 10 s after the recovery";
+  EXPECT_LT(sim.now - recovery, std::chrono::seconds(2)) << "back at raw, but later than 2 s";
   sim.run(fast, 20);
   EXPECT_EQ(sim.last(), 0);
 }
@@ -206,10 +213,48 @@ TEST(CodecPolicy, HysteresisBetweenRungsOfSimilarSpeed) {
   EXPECT_GE(*std::max_element(hist.begin(), hist.end()), 180);
 }
 
+// congestion.ratecut's failure on an unshaped veth of a shared 2-core host: raw and bf16 within
+// 10 % of each other, every 64 MiB window +-30 % off its mean and "link-bound" (the receiver's
+// CPU makes the sender wait for credits). A fixed 1.25 margin let noise alone trade raw for bf16
+// and back every 50-200 ms; the noise-scaled margin and the dwell keep raw for most of the time.
+TEST(CodecPolicy, NoisyWindowsOfTwoCloseRungsDoNotFlipTheRung) {
+  CodecPolicy policy(Sim::config(), 1 << 20);
+  std::mt19937 random(7);
+  std::lognormal_distribution<double> noise(0, 0.25);
+  const double mean[] = {1.6e9, 1.45e9, 1.3e9, 1.3e9, 1.2e9};
+  TimePoint now{};
+  const TimePoint end = now + std::chrono::seconds(20);
+  double atRaw = 0, total = 0;
+  int moves = 0;
+  while (now < end) {
+    const int rung = policy.current().rung;
+    LinkObservation o;
+    o.now = now;
+    o.rung = rung;
+    o.logicalBytes = 64 << 20;
+    o.busySeconds = static_cast<double>(o.logicalBytes) / (mean[rung] * noise(random));
+    o.wireBytes = static_cast<uint64_t>(o.logicalBytes * kRatio[rung]);
+    o.creditWaitSeconds = 0.1 * o.busySeconds;
+    now += std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::duration<double>(o.busySeconds));
+    total += o.busySeconds;
+    atRaw += rung == 0 ? o.busySeconds : 0;
+    moves += policy.observe(o).rung != rung;
+  }
+  EXPECT_GE(atRaw / total, 0.9) << moves << " rung changes in 20 s";
+  // Probes down back off (0.5 s doubling to 16 s, from the start where noise looks like a
+  // change); each is one move down and one back. The fixed margin made 116 moves here; 100 seeds
+  // of this model under the policy: at most 24.
+  EXPECT_LE(moves, 30);
+}
+
 TEST(CodecPolicy, ErrorBudgetMovesUpAndStaysThere) {
   Sim sim;
   Model m{125e6, kCpu};
   sim.run(m, 10);
+  // Compressed, though the tenth collective may be a probe up.
+  for (int i = 0; i < 5 && sim.last() < 2; ++i)
+    sim.run(m, 1);
   ASSERT_GE(sim.last(), 2);
   m.error = 0.2;  // over the 0.05 budget at every lossy rung
   sim.run(m, 2);
