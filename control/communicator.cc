@@ -424,7 +424,7 @@ void Communicator::runStaged(const stream::CollectiveArgs& args,
     if (e.code() != Errc::kInvalidArgument) {
       fail(e);
       std::lock_guard<std::mutex> lock(execMutex_);
-      engine_->notifyPeers(rank_);  // once per engine: a no-op when a piece's run already did
+      engine_->notifyPeers(e.code(), e.what());  // once per engine: a no-op after a run did
     }
     throw;
   }
@@ -613,7 +613,7 @@ void Communicator::abort() {
   // When no collective is running, tell the peers here; otherwise the running one does.
   std::unique_lock<std::mutex> lock(execMutex_, std::try_to_lock);
   if (lock.owns_lock() && engine_)
-    engine_->notifyPeers(rank_);
+    engine_->notifyPeers(Errc::kAborted, "communicator aborted");
   GS_LOG_WARN("communicator rank %d of %d aborted", rank_, nranks_);
 }
 

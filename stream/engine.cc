@@ -18,7 +18,7 @@ using transport::CompletionKind;
 using transport::PostResult;
 
 // WorkId layout: kind in the top byte, link index, op index.
-enum class WorkKind : uint64_t { kData = 1, kCredit = 2, kAbort = 3 };
+enum class WorkKind : uint64_t { kData = 1, kCredit = 2, kAbort = 3, kControl = 4 };
 constexpr transport::WorkId workId(WorkKind kind, size_t link, size_t index) {
   return (static_cast<uint64_t>(kind) << 56) | (static_cast<uint64_t>(link) << 40) | index;
 }
@@ -52,6 +52,7 @@ struct Engine::Run {
     uint64_t sendBase = 0, recvBase = 0;  // link sequences of this collective's first chunks
     size_t posted = 0, completed = 0, processed = 0, releasedHere = 0;
     std::vector<uint8_t> sendDone;
+    bool answered = false;  // a kPong came back since the last liveness check was sent
   };
 
   Engine& engine;
@@ -75,10 +76,65 @@ struct Engine::Run {
         completions(e.completions_) {}
   static size_t elementSize_(DataType t) { return gs::elementSize(t); }
 
-  [[noreturn]] void fail(Errc code, int blamedRank, const std::string& what) {
-    engine.notifyPeers(blamedRank);
-    throw Error(code, formatString("%s #%u on rank %d: %s", collectiveName(args.kind), collectiveId,
-                                   engine.rank_, what.c_str()));
+  // This rank found the failure: it is the detector, blamedRank the rank at fault.
+  [[noreturn]] void fail(Errc code, int blamedRank, const std::string& cause) {
+    raise(FailureNotice{code, blamedRank, engine.rank_, cause}, -1);
+  }
+  // Passes the notice on (unchanged: every rank reports the same cause) and throws this rank's
+  // error for it. passedOnBy: the peer it came from (-1: found here).
+  [[noreturn]] void raise(const FailureNotice& notice, int passedOnBy) {
+    engine.notifyPeers(notice);
+    throw Error(notice.code,
+                formatString("%s #%u on rank %d: %s", collectiveName(args.kind), collectiveId,
+                             engine.rank_, engine.describe(notice, passedOnBy).c_str()));
+  }
+  // The notice behind an abort message from `link`: the cause it carries, or (a write without
+  // one, or one that does not decode) just the rank it names.
+  FailureNotice noticeFrom(Link& link, const Completion& c) const {
+    const int origin = static_cast<int>(c.imm & kImmPayloadMask);
+    if (c.length > 0) {
+      if (auto n = decodeNotice(link.notice(), std::min<size_t>(c.length, SlotLayout::kNoticeBytes),
+                                engine.nranks_)) {
+        return *n;
+      }
+    }
+    return FailureNotice{Errc::kRemote, origin, link.peer(), formatString("rank %d failed", origin)};
+  }
+
+  // A well-formed chunk of a call that differs from this rank's (the user called different
+  // collectives, counts, ops or dtypes on different ranks): the cause, naming both ranks and
+  // both values, as every rank will report it; "" when the chunk is not of that kind. The
+  // header is untrusted: the name functions answer "unknown" for values out of range.
+  std::string callMismatch(const codecs::ChunkHeader& h, int peer) const {
+    if (h.magic != codecs::kChunkMagic || h.version != codecs::kChunkVersion)
+      return "";
+    const int me = engine.rank_;
+    if (h.collective != static_cast<uint8_t>(args.kind)) {
+      return formatString("collective differs between ranks: rank %d called %s, rank %d %s", peer,
+                          collectiveName(static_cast<CollectiveKind>(h.collective)), me,
+                          collectiveName(args.kind));
+    }
+    if (h.totalCount != args.count) {
+      return formatString("count differs between ranks: rank %d called with %llu, rank %d with %zu",
+                          peer, static_cast<unsigned long long>(h.totalCount), me, args.count);
+    }
+    if (h.reduceOp != static_cast<uint8_t>(args.op)) {
+      return formatString("reduction op differs between ranks: rank %d called with %s, rank %d "
+                          "with %s",
+                          peer, reduceOpName(static_cast<ReduceOp>(h.reduceOp)), me,
+                          reduceOpName(args.op));
+    }
+    if (h.dtype != static_cast<uint8_t>(args.dtype)) {
+      return formatString("dtype differs between ranks: rank %d called with %s, rank %d with %s",
+                          peer, dataTypeName(static_cast<DataType>(h.dtype)), me,
+                          dataTypeName(args.dtype));
+    }
+    if (h.collectiveId != collectiveId) {
+      return formatString("ranks are at different calls: rank %d sent collective #%u, rank %d is "
+                          "at #%u (a rank skipped or added a call)",
+                          peer, h.collectiveId, me, collectiveId);
+    }
+    return "";
   }
 
   bool satisfied(uint32_t begin, uint32_t end) const {
@@ -409,8 +465,10 @@ struct Engine::Run {
                                  static_cast<uint8_t>(args.op),
                                  elementSize};
       if (const char* why = codecs::validateChunk(h, e, arrived)) {
-        const bool mismatch = h.magic == codecs::kChunkMagic && h.totalCount != args.count;
-        fail(mismatch ? Errc::kInvalidArgument : Errc::kRemote, link.peer(),
+        const std::string mismatch = callMismatch(h, link.peer());
+        if (!mismatch.empty())
+          fail(Errc::kInvalidArgument, link.peer(), mismatch);
+        fail(Errc::kRemote, link.peer(),
              formatString("invalid chunk from rank %d (step %u, chunk %u): %s (received count %llu "
                           "elements %u, expected count %zu elements %u)",
                           link.peer(), op.step, op.chunkIndex, why,
@@ -472,20 +530,19 @@ struct Engine::Run {
     std::string why = link.connection().errorMessage();
     // A neighbour that closed may only have been passing on another rank's failure, and the
     // notice naming that rank may come over another link: listen briefly before blaming it.
-    int origin = -1, reporter = -1;
-    if (findAbortNotice(li, Deadline::after(std::chrono::milliseconds(200)), &origin, &reporter)) {
-      fail(Errc::kRemote, origin,
-           formatString("rank %d failed (reported by rank %d; connection to rank %d: %s)", origin,
-                        reporter, link.peer(), why.empty() ? "closed" : why.c_str()));
-    }
+    FailureNotice notice;
+    int reporter = -1;
+    if (findAbortNotice(li, Deadline::after(std::chrono::milliseconds(200)), &notice, &reporter))
+      raise(notice, reporter);
+    // The transport's message names the peer already ("connection to rank 2 (...) reset by
+    // peer", "peer rank 2 (pid ...) exited").
     fail(Errc::kRemote, link.peer(),
-         formatString("connection to rank %d failed: %s", link.peer(),
-                      why.empty() ? "unknown error" : why.c_str()));
+         why.empty() ? formatString("connection to rank %d failed", link.peer()) : why);
   }
 
   // Polls the links other than `failed` for an abort notice until the deadline (the collective
   // is failing: other completions are dropped).
-  bool findAbortNotice(size_t failed, Deadline deadline, int* origin, int* reporter) {
+  bool findAbortNotice(size_t failed, Deadline deadline, FailureNotice* notice, int* reporter) {
     std::array<Completion, 16> sink;
     bool any = false;
     for (size_t li = 0; li < links.size(); ++li)
@@ -501,7 +558,8 @@ struct Engine::Run {
         for (size_t k = 0; k < n; ++k) {
           if (sink[k].kind == CompletionKind::kRemoteWrite &&
               immTag(sink[k].imm) == ImmTag::kAbort) {
-            *origin = static_cast<int>(sink[k].imm & kImmPayloadMask);
+            other.abortReceived = true;
+            *notice = noticeFrom(other, sink[k]);
             *reporter = other.peer();
             return true;
           }
@@ -525,13 +583,23 @@ struct Engine::Run {
     }
     for (;;) {
       const size_t n = link.connection().poll(completions);
-      for (size_t i = 0; i < n; ++i)
+      for (size_t i = 0; i < n; ++i) {
         onCompletion(li, completions[i]);
-      progress |= n > 0;
+        progress |= !isLivenessCheck(completions[i]);
+      }
       if (n < completions.size())
         break;
     }
     return progress;
+  }
+
+  // Pings, pongs and their send completions say a peer is alive, not that the collective moves:
+  // they must not reset the timeout they are part of.
+  static bool isLivenessCheck(const Completion& c) {
+    if (c.kind == CompletionKind::kWrite)
+      return c.status == Errc::kOk && workKind(c.id) == WorkKind::kControl;
+    return c.kind == CompletionKind::kRemoteWrite &&
+           (isControl(c.imm, ControlCode::kPing) || isControl(c.imm, ControlCode::kPong));
   }
 
   void onCompletion(size_t li, const Completion& c) {
@@ -576,12 +644,12 @@ struct Engine::Run {
         if (links[li].counters != nullptr)
           links[li].counters->touch();
         break;
-      case ImmTag::kBye:
-        link.byeReceived = true;
+      case ImmTag::kControl:
+        onControl(li, static_cast<ControlCode>(payload));
         break;
       case ImmTag::kAbort:
-        fail(Errc::kRemote, static_cast<int>(payload),
-             formatString("rank %u failed (reported by rank %d)", payload, link.peer()));
+        link.abortReceived = true;
+        raise(noticeFrom(link, c), link.peer());
       default:
         fail(Errc::kRemote, link.peer(),
              formatString("rank %d sent an unknown message", link.peer()));
@@ -616,12 +684,83 @@ struct Engine::Run {
     return "waiting to return credits";
   }
 
-  int blamedPeer() const {
-    for (const LinkRun& l : links) {
-      if (l.processed < l.queues->recvs.size())
-        return l.link->peer();
+  // The link this rank waits on: the first with a chunk still to come, else the first still
+  // waiting for credits, else the first.
+  size_t blockingLink() const {
+    for (size_t li = 0; li < links.size(); ++li) {
+      if (links[li].processed < links[li].queues->recvs.size())
+        return li;
     }
-    return links.empty() ? engine.rank_ : links.front().link->peer();
+    for (size_t li = 0; li < links.size(); ++li) {
+      if (links[li].completed < links[li].queues->sends.size())
+        return li;
+    }
+    return 0;
+  }
+
+  void onControl(size_t li, ControlCode code) {
+    Link& link = *links[li].link;
+    switch (code) {
+      case ControlCode::kBye:
+        link.byeReceived = true;
+        return;
+      case ControlCode::kPing:
+        // Best effort: a full queue only makes the asking rank wait for its grace.
+        (void)link.connection().postWrite({}, link.peerSlots, 0,
+                                          makeControl(ControlCode::kPong),
+                                          workId(WorkKind::kControl, 0, 0));
+        return;
+      case ControlCode::kPong:
+        links[li].answered = true;
+        return;
+    }
+    fail(Errc::kRemote, link.peer(),
+         formatString("rank %d sent an unknown control message", link.peer()));
+  }
+
+  // No progress for the timeout: who is at fault? The rank this one waits for may only be
+  // waiting itself (in a ring, rank 3 waits for rank 2, which waits for the stopped rank 1), so
+  // it is asked first (kPing; any rank running a collective answers at once). No answer within
+  // the grace: it is the one that stopped, and this rank says so to everyone. An answer: it is
+  // alive, and the rank waiting for the stopped one will name it (its notice comes here); only
+  // if none does within another two graces does this rank give up on its own.
+  struct LivenessCheck {
+    bool asked = false;
+    size_t link = 0;
+    Clock::time_point at{};
+    std::string waiting;  // what this rank was waiting for when it asked
+  };
+  LivenessCheck check;
+
+  void onNoProgress(Clock::time_point now) {
+    const auto grace = engine.livenessGrace();
+    if (!check.asked) {
+      check = LivenessCheck{true, blockingLink(), now, waitingFor()};
+      Link& link = *links[check.link].link;
+      links[check.link].answered = false;
+      (void)link.connection().postWrite({}, link.peerSlots, 0, makeControl(ControlCode::kPing),
+                                        workId(WorkKind::kControl, 0, 0));
+      return;
+    }
+    const int suspect = links[check.link].link->peer();
+    const long long timeoutMs = static_cast<long long>(engine.config_.timeoutMs);
+    const long long graceMs = static_cast<long long>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(grace).count());
+    if (!links[check.link].answered) {
+      if (now - check.at < grace)
+        return;
+      fail(Errc::kTimeout, suspect,
+           formatString("rank %d stopped making progress: rank %d got nothing from it for %lld ms "
+                        "(%s) and no answer to a liveness check within %lld ms (stopped, hung or "
+                        "starved of CPU?)",
+                        suspect, engine.rank_, timeoutMs, check.waiting.c_str(), graceMs));
+    }
+    if (now - check.at < 3 * grace)
+      return;
+    fail(Errc::kTimeout, suspect,
+         formatString("no progress for %lld ms (%s); rank %d answers a liveness check but made "
+                      "no progress either, and no rank named a cause within %lld ms",
+                      timeoutMs, check.waiting.c_str(), suspect, 3 * graceMs));
   }
 
   void execute() {
@@ -643,27 +782,23 @@ struct Engine::Run {
       }
       if (done())
         return;
-      if (engine.abortFlag_.load(std::memory_order_relaxed)) {
-        engine.notifyPeers(engine.rank_);
-        throw Error(Errc::kAborted,
-                    formatString("%s #%u on rank %d: communicator aborted",
-                                 collectiveName(args.kind), collectiveId, engine.rank_));
-      }
+      if (engine.abortFlag_.load(std::memory_order_relaxed))
+        fail(Errc::kAborted, engine.rank_, "communicator aborted");
       const auto now = Clock::now();
       if (progress) {
         lastProgress = now;
         idle = 0;
+        check.asked = false;
         continue;
       }
-      if (now - lastProgress > timeout) {
-        fail(Errc::kTimeout, blamedPeer(),
-             formatString("no progress for %lld ms, %s",
-                          static_cast<long long>(engine.config_.timeoutMs), waitingFor().c_str()));
-      }
+      if (now - lastProgress > timeout)
+        onNoProgress(now);
       if (++idle > engine.spinRounds_ && now - lastProgress >= engine.spinTime_) {
+        // Past the timeout (a liveness check is out) in 1 ms steps.
         auto left =
             std::chrono::duration_cast<std::chrono::microseconds>(timeout - (now - lastProgress));
-        engine.waitForActivity(std::min(left, std::chrono::microseconds(2000)));
+        engine.waitForActivity(std::clamp(left, std::chrono::microseconds(1000),
+                                          std::chrono::microseconds(2000)));
       }
     }
   }
@@ -920,33 +1055,94 @@ void Engine::waitForActivity(std::chrono::microseconds maxWait) {
     device->waitForActivity(slice);
 }
 
-void Engine::notifyPeers(int originRank) noexcept {
+void Engine::notifyPeers(Errc code, const std::string& cause) noexcept {
+  try {
+    notifyPeers(FailureNotice{code, rank_, rank_, cause});
+  } catch (...) {
+    // The cause's copy ran out of memory: the peers learn by timeout.
+  }
+}
+
+std::string Engine::describe(const FailureNotice& n, int passedOnBy) const {
+  if (n.detector == rank_)
+    return n.cause;
+  // A call mismatch (kInvalidArgument) names both ranks in its cause: neither is "at fault".
+  if (n.origin == rank_ && n.code != Errc::kInvalidArgument) {
+    return formatString("rank %d reported this rank at fault: %s", n.detector, n.cause.c_str());
+  }
+  if (passedOnBy < 0 || passedOnBy == n.detector)
+    return formatString("%s (detected by rank %d)", n.cause.c_str(), n.detector);
+  return formatString("%s (detected by rank %d, passed on by rank %d)", n.cause.c_str(),
+                      n.detector, passedOnBy);
+}
+
+std::chrono::nanoseconds Engine::livenessGrace() const {
+  // A rank in a collective polls every few ms; a quarter of the timeout (100 ms to 2 s) leaves
+  // room for a loaded host without adding much to the time to the error.
+  return std::clamp<std::chrono::nanoseconds>(std::chrono::milliseconds(config_.timeoutMs) / 4,
+                                              std::chrono::milliseconds(100),
+                                              std::chrono::seconds(2));
+}
+
+void Engine::notifyPeers(const FailureNotice& notice) noexcept {
   if (notified_)
     return;
   notified_ = true;
+  // Per link: the notice has left; the peer is done with it (it passed a notice back: every
+  // rank that learns of a failure tells all its links, this one included) or is gone.
+  struct Telling {
+    Link* link;
+    bool sent = false, done = false;
+  };
+  std::vector<Telling> telling;
   for (Link* link : links_) {
     if (link == nullptr || !link->connected())
       continue;
-    // Best effort: a full queue or a dead connection just means this peer learns by timeout.
-    if (link->connection().postWrite({}, link->peerSlots, 0,
-                                     makeImm(ImmTag::kAbort, static_cast<uint32_t>(originRank)),
+    // The cause goes into the peer's notice page, the abort message names the rank at fault
+    // (all a peer has if the notice cannot be read). Best effort: a full queue or a dead
+    // connection just means this peer learns by timeout.
+    const size_t bytes = encodeNotice(notice, link->noticeStaging(), SlotLayout::kNoticeBytes);
+    const transport::LocalSegment segment{&link->headerRegion(), link->noticeStagingOffset(),
+                                          bytes};
+    if (link->connection().postWrite(std::span<const transport::LocalSegment>(&segment, 1),
+                                     link->peerSlots, link->layout().noticeOffset(),
+                                     makeImm(ImmTag::kAbort, static_cast<uint32_t>(notice.origin)),
                                      workId(WorkKind::kAbort, 0, 0)) != PostResult::kOk) {
       continue;
     }
-    // Drive the connection until the notice has left (it may queue behind data), briefly.
-    const Deadline flushBy = Deadline::after(std::chrono::milliseconds(500));
-    transport::Completion sink[16];
-    bool sent = false;
-    while (!sent && !flushBy.expired()) {
-      const size_t n = link->connection().poll(sink);
+    // The rank at fault (stopped, or dead) is not waited for.
+    telling.push_back({link, false, link->abortReceived || link->peer() == notice.origin});
+  }
+  // Drive the connections until every notice has left (it may queue behind data) and every
+  // live peer has passed one back, briefly. Without the wait a TCP socket closed right after
+  // the error, with chunks still unread in its receive queue, is reset, and the peer loses the
+  // notice still waiting in its own queue: it would report "connection reset", not the cause.
+  const Deadline until = Deadline::after(std::chrono::milliseconds(300));
+  transport::Completion sink[16];
+  for (;;) {
+    bool waiting = false, any = false;
+    for (Telling& t : telling) {
+      if (t.sent && t.done)
+        continue;
+      const size_t n = t.link->connection().poll(sink);
+      any |= n > 0;
       for (size_t i = 0; i < n; ++i) {
-        sent |=
-            sink[i].kind == CompletionKind::kError ||
-            (sink[i].kind == CompletionKind::kWrite && workKind(sink[i].id) == WorkKind::kAbort);
+        const Completion& c = sink[i];
+        if (c.kind == CompletionKind::kError) {
+          t.sent = t.done = true;
+        } else if (c.kind == CompletionKind::kWrite && workKind(c.id) == WorkKind::kAbort) {
+          t.sent = true;
+        } else if (c.kind == CompletionKind::kRemoteWrite && immTag(c.imm) == ImmTag::kAbort) {
+          t.link->abortReceived = true;
+          t.done = true;
+        }
       }
-      if (n == 0)
-        waitForActivity(std::chrono::microseconds(1000));
+      waiting |= !(t.sent && t.done);
     }
+    if (!waiting || until.expired())
+      break;
+    if (!any)
+      waitForActivity(std::chrono::microseconds(1000));
   }
 }
 
@@ -959,8 +1155,8 @@ void Engine::farewell(Deadline deadline) noexcept {
   for (Link* link : links_) {
     if (link == nullptr || !link->connected())
       continue;
-    if (link->connection().postWrite({}, link->peerSlots, 0, makeImm(ImmTag::kBye, 0),
-                                     workId(WorkKind::kAbort, 0, 0)) == PostResult::kOk) {
+    if (link->connection().postWrite({}, link->peerSlots, 0, makeControl(ControlCode::kBye),
+                                     workId(WorkKind::kControl, 0, 0)) == PostResult::kOk) {
       waiting.push_back(link);
     }
   }
@@ -975,7 +1171,7 @@ void Engine::farewell(Deadline deadline) noexcept {
         const auto& c = sink[k];
         if (c.kind == CompletionKind::kError)
           gone = true;
-        if (c.kind == CompletionKind::kRemoteWrite && immTag(c.imm) == ImmTag::kBye)
+        if (c.kind == CompletionKind::kRemoteWrite && isControl(c.imm, ControlCode::kBye))
           link->byeReceived = true;
       }
       any |= n > 0;

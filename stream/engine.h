@@ -11,6 +11,7 @@
 #include "common/config.h"
 #include "common/types.h"
 #include "monitoring/counters.h"
+#include "stream/failure_notice.h"
 #include "stream/link.h"
 #include "stream/schedule.h"
 #include "transport/device.h"
@@ -77,8 +78,17 @@ class Engine {
 
   void run(const CollectiveArgs& args);
 
-  /// Tells every connected peer that the communicator failed (origin: the rank at fault).
-  void notifyPeers(int originRank) noexcept;
+  /// Tells every connected peer that the communicator failed and why (once per engine; later
+  /// calls do nothing). Ranks that learn of it pass the same notice on, so every rank reports
+  /// the original cause, the rank at fault and the rank that found out.
+  void notifyPeers(const FailureNotice& notice) noexcept;
+  /// This rank failed on its own (aborted, a local error): it is origin and detector.
+  void notifyPeers(Errc code, const std::string& cause) noexcept;
+  /// The error text of a notice as this rank reports it: the cause, with who detected it and
+  /// who passed it on; "reported at fault" when the notice names this rank.
+  std::string describe(const FailureNotice& notice, int passedOnBy) const;
+  /// How long a rank that timed out waits for the rank it waits on to answer a liveness check.
+  std::chrono::nanoseconds livenessGrace() const;
 
   /// Closing handshake: tells every peer this rank is done and waits (until the deadline) for
   /// theirs, so no rank closes a connection while a neighbour still reads from it (a close

@@ -29,9 +29,9 @@ Link::Link(int peer, transport::Device& device, const SlotLayout& layout)
       peer_(peer),
       device_(&device),
       layout_(layout),
-      headers_(allocatePages(layout.slots * 64)) {
-  recvSlotsMr_ = device.allocateRegion(layout.slots * layout.slotBytes());
-  headersMr_ = device.registerMemory(headers_.get(), layout.slots * 64);
+      headers_(allocatePages(layout.slots * 64 + SlotLayout::kNoticeBytes)) {
+  recvSlotsMr_ = device.allocateRegion(layout.regionBytes());
+  headersMr_ = device.registerMemory(headers_.get(), layout.slots * 64 + SlotLayout::kNoticeBytes);
 }
 
 void Link::ensureEncodeStaging() {

@@ -15,20 +15,36 @@ struct SlotLayout {
   /// Bytes per slot: chunk header plus chunk plus room for a codec's metadata (at most 4 KiB,
   /// codecs/codec.h), rounded up to a page.
   size_t slotBytes() const { return (64 + chunkBytes + 4096 + 4095) / 4096 * 4096; }
+  /// After the slots, one page for a failure notice (stream/failure_notice.h): where an abort
+  /// message's cause lands, so it never overwrites a chunk being reduced.
+  static constexpr size_t kNoticeBytes = 4096;
+  size_t noticeOffset() const { return slots * slotBytes(); }
+  size_t regionBytes() const { return noticeOffset() + kNoticeBytes; }
 };
 
 /// Imm encoding of the messages of the chunk protocol (32 bits): the top 2 bits say what it is.
-///   kData:   low bits = receive slot index the chunk landed in
-///   kCredit: low 30 bits = cumulative number of chunks the receiver has released (mod 2^30)
-///   kAbort:  low bits = rank that failed first (the collective is abandoned)
-///   kBye:    the sender has finished all its collectives and is closing the communicator
-enum class ImmTag : uint32_t { kData = 0, kCredit = 1, kAbort = 2, kBye = 3 };
+///   kData:    low bits = receive slot index the chunk landed in
+///   kCredit:  low 30 bits = cumulative number of chunks the receiver has released (mod 2^30)
+///   kAbort:   low bits = rank at fault (the collective is abandoned); a write of non-zero
+///             length carries a failure notice (cause, detecting rank) at the notice offset
+///   kControl: low bits = a ControlCode
+enum class ImmTag : uint32_t { kData = 0, kCredit = 1, kAbort = 2, kControl = 3 };
+///   kBye:  the sender has finished all its collectives and is closing the communicator
+///   kPing: "are you alive?" from a rank whose collective stopped progressing; any rank running
+///          a collective answers kPong at once, so a rank that does not is the one stopped
+enum class ControlCode : uint32_t { kBye = 0, kPing = 1, kPong = 2 };
 inline constexpr uint32_t kImmPayloadMask = (1u << 30) - 1;
 inline uint32_t makeImm(ImmTag tag, uint32_t payload) {
   return (static_cast<uint32_t>(tag) << 30) | (payload & kImmPayloadMask);
 }
 inline ImmTag immTag(uint32_t imm) {
   return static_cast<ImmTag>(imm >> 30);
+}
+inline uint32_t makeControl(ControlCode code) {
+  return makeImm(ImmTag::kControl, static_cast<uint32_t>(code));
+}
+inline bool isControl(uint32_t imm, ControlCode code) {
+  return imm == makeControl(code);
 }
 
 /// State of the chunk protocol with one peer, both directions, kept for the communicator's
@@ -71,6 +87,14 @@ class Link {
   uint64_t sendSequence = 0;  // next chunk sequence to send
   uint64_t peerReleased = 0;  // credits: chunks the peer has released
   uint8_t* headerStaging(size_t index) { return headers_.get() + index * 64; }
+  /// A failure notice being sent (SlotLayout::kNoticeBytes, in headerRegion() after the
+  /// headers).
+  uint8_t* noticeStaging() { return headers_.get() + noticeStagingOffset(); }
+  size_t noticeStagingOffset() const { return layout_.slots * 64; }
+  /// The failure notice the peer wrote (valid once a kAbort write of non-zero length arrived).
+  const uint8_t* notice() {
+    return static_cast<const uint8_t*>(recvSlotsMr_->data()) + layout_.noticeOffset();
+  }
   const transport::MemoryRegion& headerRegion() const { return *headersMr_; }
   std::vector<uint8_t> headerBusy;  // per slot: a posted write still reads its header
   // Outgoing encoded chunks (header + metadata + payload), one slot-sized buffer per slot;
@@ -88,6 +112,7 @@ class Link {
       peerReleased += delta;
   }
   bool byeReceived = false;
+  bool abortReceived = false;  // the peer sent an abort message (Engine::notifyPeers waits for it)
   /// Completions that arrived on the connection while it was being set up (a peer that is
   /// ready first may already send chunks or credits while this rank still waits for the end of
   /// the slot-key exchange); the engine handles them before polling the connection.

@@ -14,6 +14,9 @@
 //                 (tcp, and shm).
 //  - DeadPeer:    SIGKILL one of 4 ranks mid-allreduce; the others fail with GS_ERR_REMOTE
 //                 naming it, within the timeout (tcp, and shm).
+//  - StoppedPeer: SIGSTOP one of 4 ranks past the timeout; every survivor names it (GS_ERR_TIMEOUT),
+//                 and the resumed rank is told it was reported at fault.
+//  - MismatchedCall: one rank calls with another count; every rank reports both counts and ranks.
 //  - WrongSecret: a rank with another GS_SECRET is refused; rank 0 times out clearly.
 //  - Netns/*:     two ranks in two network namespaces joined by a veth pair (needs root and
 //                 iproute2, skips otherwise), each namespace a host of its own (GS_HOSTNAME);
@@ -403,9 +406,11 @@ class Ranks {
         const std::string& iters,
         const std::string& timeoutMs,
         const std::map<int, std::string>& secretOverride = {},
-        const Env& extra = {}) {
+        const Env& extra = {},
+        const std::map<int, std::string>& countOverride = {}) {
     for (int r = 0; r < nranks; ++r) {
       auto it = secretOverride.find(r);
+      auto counted = countOverride.find(r);
       // The network transport unless `extra` says GS_SHM=1 (set later, so it wins).
       Env env = {{"RANK", std::to_string(r)},
                  {"WORLD_SIZE", std::to_string(nranks)},
@@ -417,7 +422,9 @@ class Ranks {
                  {"GS_SHM", "0"}};
       env.insert(env.end(), extra.begin(), extra.end());
       children_.push_back(std::make_unique<Child>(
-          "rank" + std::to_string(r), std::vector<std::string>{GS_RANK_EXE, "loop", count, iters},
+          "rank" + std::to_string(r),
+          std::vector<std::string>{GS_RANK_EXE, "loop",
+                                   counted != countOverride.end() ? counted->second : count, iters},
           env, dir));
     }
   }
@@ -561,6 +568,98 @@ TEST(DeadPeer, KilledRankGivesRemoteErrorNamingItOnEveryOtherRank) {
 // peer's pid), the far rank from their abort notice. Needs the shm transport.
 TEST(DeadPeer, ShmKilledRankGivesRemoteErrorNamingItOnEveryOtherRank) {
   deadPeer({{"GS_SHM", "1"}}, "shm");
+}
+
+// ------------------------------------------------------------------------------------------
+// d2. A stopped rank (SIGSTOP past the timeout): in a ring the ranks further on wait for ranks
+// that only wait themselves. Every survivor must name the stopped rank (the liveness check finds
+// it), none another, and the stopped rank, resumed, is told it was reported at fault.
+TEST(StoppedPeer, EverySurvivorNamesTheStoppedRankAndItIsToldSo) {
+  constexpr int kRanks = 4, kVictim = 2, kTimeoutMs = 2000;
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const int port = freePort();
+  ASSERT_GT(port, 0);
+  Ranks ranks(dir.path(), kRanks, port, std::to_string(1 << 18), "0", std::to_string(kTimeoutMs));
+  const auto startDeadline = after(15);
+  for (int r = 0; r < kRanks; ++r) {
+    const std::string marker = "rank=" + std::to_string(r) + " iter=";
+    while (ranks[r].out().find(marker) == std::string::npos) {
+      ASSERT_LT(Clock::now(), startDeadline) << "rank " << r << " never completed an allreduce\n"
+                                             << ranks.describe();
+      ASSERT_FALSE(ranks[r].waitUntil(Clock::now())) << "rank " << r << " exited early\n"
+                                                     << ranks.describe();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  const auto stopped = Clock::now();
+  ranks[kVictim].killGroup(SIGSTOP);
+  // The timeout, the liveness check's grace (a quarter of it) and the notice's way round, plus
+  // process exit on a loaded host.
+  const auto deadline = stopped + std::chrono::milliseconds(kTimeoutMs * 2 + 3000);
+  for (int r = 0; r < kRanks; ++r) {
+    if (r != kVictim) {
+      EXPECT_TRUE(ranks[r].waitUntil(deadline)) << "rank " << r << " still running\n"
+                                                << ranks.describe();
+    }
+  }
+  ranks[kVictim].killGroup(SIGCONT);
+  EXPECT_TRUE(ranks[kVictim].waitUntil(after(kTimeoutMs / 1000.0 + 5))) << ranks.describe();
+  const std::string atFault = "rank " + std::to_string(kVictim) + " stopped making progress";
+  for (int r = 0; r < kRanks; ++r) {
+    if (!ranks[r].exited())
+      continue;
+    auto res = ranks[r].result();
+    printf("rank %d: %s after %.3f s: %s\n", r, res["status"].c_str(),
+           secondsBetween(stopped, ranks[r].exitTime()), res["message"].c_str());
+    EXPECT_EQ(res["status"], "GS_ERR_TIMEOUT") << "rank " << r << "\n" << ranks.describe();
+    EXPECT_NE(res["message"].find(atFault), std::string::npos)
+        << "rank " << r << " does not name rank " << kVictim << " at fault: " << res["message"];
+    if (r == kVictim) {
+      EXPECT_NE(res["message"].find("reported this rank at fault"), std::string::npos)
+          << res["message"];
+    }
+  }
+}
+
+// d3. Ranks that call with different counts: every rank reports the cause with both ranks and
+// both counts, not only the rank that noticed.
+TEST(MismatchedCall, EveryRankReportsTheCountsAndWhoDetectedThem) {
+  constexpr int kRanks = 4, kOdd = 2;
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const int port = freePort();
+  ASSERT_GT(port, 0);
+  Ranks ranks(dir.path(), kRanks, port, "1048576", "1", "5000", {}, {}, {{kOdd, "1052675"}});
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_TRUE(ranks[r].waitUntil(after(15))) << "rank " << r << " still running\n"
+                                               << ranks.describe();
+  }
+  const std::regex cause(
+      "count differs between ranks: rank ([0-9]) called with ([0-9]+), rank ([0-9]) with "
+      "([0-9]+)");
+  for (int r = 0; r < kRanks; ++r) {
+    auto res = ranks[r].result();
+    printf("rank %d: %s: %s\n", r, res["status"].c_str(), res["message"].c_str());
+    EXPECT_EQ(res["status"], "GS_ERR_INVALID_ARGUMENT") << "rank " << r << "\n"
+                                                        << ranks.describe();
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(res["message"], m, cause))
+        << "rank " << r << " does not carry the cause: " << res["message"];
+    // One of the two ranks named is the odd one, with its count.
+    const bool oddFirst = m[1] == std::to_string(kOdd);
+    EXPECT_TRUE(oddFirst || m[3] == std::to_string(kOdd)) << res["message"];
+    EXPECT_EQ(oddFirst ? m[2].str() : m[4].str(), "1052675") << res["message"];
+    EXPECT_EQ(oddFirst ? m[4].str() : m[2].str(), "1048576") << res["message"];
+    // The cause reads "rank <sender> called with .., rank <detector> with ..": the detecting
+    // rank says nothing more, every other rank (the odd one too: a mismatch has no one rank at
+    // fault) says who detected it.
+    const std::string detector = m[3].str();
+    if (detector != std::to_string(r)) {
+      EXPECT_NE(res["message"].find("detected by rank " + detector), std::string::npos)
+          << res["message"];
+    }
+  }
 }
 
 // ------------------------------------------------------------------------------------------

@@ -395,9 +395,9 @@ TEST_F(HostilePeer, WriteOutsideTheSlotRegion) {
   const transport::LocalSegment seg{region.get(), 0, 128};
   const auto r = peerLink().connection().postWrite(
       std::span<const transport::LocalSegment>(&seg, 1), peerLink().peerSlots,
-      4 * peerLink().layout().slotBytes() - 64, makeImm(ImmTag::kData, 0), 1);
+      peerLink().layout().regionBytes() - 64, makeImm(ImmTag::kData, 0), 1);
   EXPECT_EQ(r, transport::PostResult::kError);
-  expectError(runRank0(), Errc::kRemote, "connection");
+  expectError(runRank0(), Errc::kRemote, "outside region");
 }
 
 TEST(EngineFuzz, CorruptedFirstChunkAlwaysFailsCleanly) {
