@@ -1,0 +1,158 @@
+// Engine::Run, the progress loop: polls every link, acts on completions, posts what the
+// dependencies and credits allow, and fails at the deadline.
+#include <algorithm>
+#include <cstring>
+
+#include "codecs/reduce.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "stream/engine_run.h"
+
+namespace gs::stream {
+
+bool Engine::Run::satisfied(uint32_t begin, uint32_t end) const {
+  for (uint32_t i = begin; i < end; ++i) {
+    const Dependency& d = plan.deps[i];
+    const LinkRun& l = links[d.link];
+    if ((d.onSend ? l.completed : l.processed) < d.count)
+      return false;
+  }
+  return true;
+}
+
+bool Engine::Run::pollLink(size_t li) {
+  Link& link = *links[li].link;
+  bool progress = false;
+  if (!link.earlyCompletions.empty()) {
+    // Arrived while the link was being set up (see Link::earlyCompletions).
+    std::vector<Completion> early;
+    early.swap(link.earlyCompletions);
+    for (const Completion& c : early)
+      onCompletion(li, c);
+    progress = true;
+  }
+  for (;;) {
+    const size_t n = link.connection().poll(completions);
+    for (size_t i = 0; i < n; ++i) {
+      onCompletion(li, completions[i]);
+      progress |= !isLivenessCheck(completions[i]);
+    }
+    if (n < completions.size())
+      break;
+  }
+  return progress;
+}
+
+// Pings, pongs and their send completions say a peer is alive, not that the collective moves:
+// they must not reset the timeout they are part of.
+bool Engine::Run::isLivenessCheck(const Completion& c) {
+  if (c.kind == CompletionKind::kWrite)
+    return c.status == Errc::kOk && workKind(c.id) == WorkKind::kControl;
+  return c.kind == CompletionKind::kRemoteWrite &&
+         (isControl(c.imm, ControlCode::kPing) || isControl(c.imm, ControlCode::kPong));
+}
+
+void Engine::Run::onCompletion(size_t li, const Completion& c) {
+  switch (c.kind) {
+    case CompletionKind::kError:
+      connectionFailed(li);
+    case CompletionKind::kWrite:
+      if (c.status != Errc::kOk)
+        connectionFailed(li);
+      if (workKind(c.id) == WorkKind::kData)
+        onSendComplete(workLink(c.id), workIndex(c.id));
+      break;
+    case CompletionKind::kRemoteWrite:
+      onRemoteWrite(li, c);
+      break;
+    case CompletionKind::kSend:
+    case CompletionKind::kRecv:
+      break;  // not used by the chunk protocol
+  }
+}
+
+void Engine::Run::onRemoteWrite(size_t li, const Completion& c) {
+  Link& link = *links[li].link;
+  const uint32_t payload = c.imm & kImmPayloadMask;
+  switch (immTag(c.imm)) {
+    case ImmTag::kData:
+      // A peer that ignores credits must not overwrite a slot still being reduced or
+      // forwarded.
+      if (payload >= link.layout().slots || link.slotInUse[payload]) {
+        fail(Errc::kRemote, link.peer(),
+             formatString("rank %d wrote into slot %u, which is not free", link.peer(), payload));
+      }
+      link.arrivedBytes[payload] = c.length;
+      link.slotInUse[payload] = 1;
+      if (links[li].counters != nullptr)
+        links[li].counters->onChunkReceived(c.length);
+      break;
+    case ImmTag::kCredit:
+      GS_LOG_TRACE("credit from rank %d: %u (had %llu)", link.peer(), payload,
+                   static_cast<unsigned long long>(link.peerReleased));
+      link.applyCredit(payload);
+      if (links[li].counters != nullptr)
+        links[li].counters->touch();
+      break;
+    case ImmTag::kControl:
+      onControl(li, static_cast<ControlCode>(payload));
+      break;
+    case ImmTag::kAbort:
+      link.abortReceived = true;
+      raise(noticeFrom(link, c), link.peer());
+    default:
+      fail(Errc::kRemote, link.peer(),
+           formatString("rank %d sent an unknown message", link.peer()));
+  }
+}
+
+bool Engine::Run::done() const {
+  for (const LinkRun& l : links) {
+    if (l.completed < l.queues->sends.size() || l.releasedHere < l.queues->recvs.size()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void Engine::Run::execute() {
+  auto lastProgress = Clock::now();
+  const auto timeout = std::chrono::milliseconds(engine.config_.timeoutMs);
+  int idle = 0;
+  for (;;) {
+    bool progress = false;
+    for (size_t li = 0; li < links.size(); ++li)
+      progress |= pollLink(li);
+    for (size_t li = 0; li < links.size(); ++li) {
+      progress |= processRecvs(li);
+      progress |= returnCredits(li, false);
+      progress |= postSends(li);
+    }
+    if (!progress) {
+      for (size_t li = 0; li < links.size(); ++li)
+        progress |= returnCredits(li, true);
+    }
+    if (done())
+      return;
+    if (engine.abortFlag_.load(std::memory_order_relaxed))
+      fail(Errc::kAborted, engine.rank_, "communicator aborted");
+    const auto now = Clock::now();
+    if (progress) {
+      lastProgress = now;
+      idle = 0;
+      check.asked = false;
+      continue;
+    }
+    if (now - lastProgress > timeout)
+      onNoProgress(now);
+    if (++idle > engine.spinRounds_ && now - lastProgress >= engine.spinTime_) {
+      // Past the timeout (a liveness check is out) in 1 ms steps.
+      auto left =
+          std::chrono::duration_cast<std::chrono::microseconds>(timeout - (now - lastProgress));
+      engine.waitForActivity(
+          std::clamp(left, std::chrono::microseconds(1000), std::chrono::microseconds(2000)));
+    }
+  }
+}
+
+}  // namespace gs::stream

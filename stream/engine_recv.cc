@@ -1,0 +1,226 @@
+// Engine::Run, receive path: validating arrivals (call mismatches become causes every rank
+// reports), decoding and reducing them, re-encoding ring hops, returning credits.
+#include <algorithm>
+#include <cstring>
+
+#include "codecs/reduce.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "stream/engine_run.h"
+
+namespace gs::stream {
+
+// A well-formed chunk of a call that differs from this rank's (the user called different
+// collectives, counts, ops or dtypes on different ranks): the cause, naming both ranks and
+// both values, as every rank will report it; "" when the chunk is not of that kind. The
+// header is untrusted: the name functions answer "unknown" for values out of range.
+std::string Engine::Run::callMismatch(const codecs::ChunkHeader& h, int peer) const {
+  if (h.magic != codecs::kChunkMagic || h.version != codecs::kChunkVersion)
+    return "";
+  const int me = engine.rank_;
+  if (h.collective != static_cast<uint8_t>(args.kind)) {
+    return formatString("collective differs between ranks: rank %d called %s, rank %d %s", peer,
+                        collectiveName(static_cast<CollectiveKind>(h.collective)), me,
+                        collectiveName(args.kind));
+  }
+  if (h.totalCount != args.count) {
+    return formatString("count differs between ranks: rank %d called with %llu, rank %d with %zu",
+                        peer, static_cast<unsigned long long>(h.totalCount), me, args.count);
+  }
+  if (h.reduceOp != static_cast<uint8_t>(args.op)) {
+    return formatString(
+        "reduction op differs between ranks: rank %d called with %s, rank %d "
+        "with %s",
+        peer, reduceOpName(static_cast<ReduceOp>(h.reduceOp)), me, reduceOpName(args.op));
+  }
+  if (h.dtype != static_cast<uint8_t>(args.dtype)) {
+    return formatString("dtype differs between ranks: rank %d called with %s, rank %d with %s",
+                        peer, dataTypeName(static_cast<DataType>(h.dtype)), me,
+                        dataTypeName(args.dtype));
+  }
+  if (h.collectiveId != collectiveId) {
+    return formatString(
+        "ranks are at different calls: rank %d sent collective #%u, rank %d is "
+        "at #%u (a rank skipped or added a call)",
+        peer, h.collectiveId, me, collectiveId);
+  }
+  return "";
+}
+
+// Acts on a chunk through the decoder of its codec (raw included): fused decode + reduce into
+// place; ring hops reduce into the slot and, in a compressed collective, re-encode there.
+void Engine::Run::applyChunk(Link& link,
+                             RecvOp& op,
+                             const codecs::ChunkHeader& h,
+                             uint8_t* payload) {
+  const codecs::Codec& dec = engine.decoder(h.codec);
+  const char* why = nullptr;
+  switch (op.action) {
+    case RecvAction::kCopy:
+      why = dec.decode(args.dtype, payload, h.metaBytes, h.payloadBytes, op.count, op.dst);
+      break;
+    case RecvAction::kReduce:
+      why = dec.decodeReduce(args.dtype, args.op, payload, h.metaBytes, h.payloadBytes, op.count,
+                             op.dst, op.dst, false);
+      break;
+    case RecvAction::kReduceWith:
+      why = dec.decodeReduce(args.dtype, args.op, payload, h.metaBytes, h.payloadBytes, op.count,
+                             op.operand, op.dst, op.incomingFirst);
+      break;
+    case RecvAction::kReduceToSlot: {
+      // The sum leaves encoded with the codec of the link that forwards it; raw steps (and raw
+      // collectives) forward it raw.
+      const codecs::Codec* out =
+          op.raw
+              ? nullptr
+              : (op.forwardedOn >= 0 ? codecOn(static_cast<size_t>(op.forwardedOn)) : args.codec);
+      if (out == nullptr && h.codec == static_cast<uint8_t>(codecs::CodecId::kRaw)) {
+        // Raw in, raw out: reduce in the slot itself (decodeReduce allows dst == its input).
+        why = dec.decodeReduce(args.dtype, args.op, payload, h.metaBytes, h.payloadBytes, op.count,
+                               op.operand, payload, false);
+        break;
+      }
+      uint8_t* scratch = engine.scratch(0);
+      why = dec.decodeReduce(args.dtype, args.op, payload, h.metaBytes, h.payloadBytes, op.count,
+                             op.operand, scratch, false);
+      if (why == nullptr) {
+        if (out == nullptr) {
+          // Raw collective (or raw step) receiving a compressed chunk: forward the sum raw.
+          memcpy(payload, scratch, op.count * elementSize);
+          op.slotCodec = static_cast<uint8_t>(codecs::CodecId::kRaw);
+          op.slotMetaBytes = 0;
+          op.slotPayloadBytes = static_cast<uint32_t>(op.count * elementSize);
+        } else {
+          reencode(op, *out, scratch, payload);
+        }
+      }
+      break;
+    }
+  }
+  if (why != nullptr) {
+    fail(Errc::kRemote, link.peer(),
+         formatString("invalid %s chunk from rank %d (step %u, chunk %u): %s",
+                      codecs::codecIdName(static_cast<codecs::CodecId>(h.codec)), link.peer(),
+                      op.step, op.chunkIndex, why));
+  }
+}
+
+// Encodes a reduced chunk back into its slot for forwarding (the slot holds up to
+// maxEncodedBytes after the header, see SlotLayout).
+void Engine::Run::reencode(RecvOp& op,
+                           const codecs::Codec& codec,
+                           const uint8_t* values,
+                           uint8_t* slotPayload) {
+  const uint64_t encodeStart = nowNs();
+  const codecs::EncodedSize size =
+      codec.encode(args.dtype, values, op.count, slotPayload,
+                   seedOf(SendOp{op.step, op.chunkIndex, op.elementOffset, op.count}));
+  LinkRun& out = links[static_cast<size_t>(std::max(op.forwardedOn, 0))];
+  if (out.counters != nullptr)
+    out.counters->addEncodeTime(nowNs() - encodeStart);
+  op.slotCodec = static_cast<uint8_t>(codec.id());
+  op.slotMetaBytes = size.metaBytes;
+  op.slotPayloadBytes = size.payloadBytes;
+  const bool sample = sampleError(codec);
+  if (args.residual != nullptr || sample) {
+    codecs::ChunkHeader h{};
+    h.codec = op.slotCodec;
+    h.metaBytes = size.metaBytes;
+    h.payloadBytes = size.payloadBytes;
+    uint8_t* decoded = engine.scratch(1);
+    decodeOwn(&h, slotPayload, op.count, decoded);
+    if (sample)
+      recordError(out, codec.id(), values, decoded, op.count);
+    // The values belong to the block of op.operand (this rank's contribution to it).
+    if (args.residual != nullptr)
+      codecs::updateResidual(args.dtype, values, decoded, residualAt(op.operand), op.count);
+  }
+}
+
+bool Engine::Run::processRecvs(size_t li) {
+  LinkRun& lr = links[li];
+  Link& link = *lr.link;
+  bool progress = false;
+  while (lr.processed < lr.queues->recvs.size()) {
+    RecvOp& op = lr.queues->recvs[lr.processed];
+    const uint64_t seq = lr.recvBase + lr.processed;
+    const size_t slot = link.slotOf(seq);
+    const uint32_t arrived = link.arrivedBytes[slot];
+    if (arrived == Link::kNotArrived || !satisfied(op.depBegin, op.depEnd))
+      break;
+    uint8_t* base = link.slot(slot);
+    codecs::ChunkHeader h;
+    memcpy(&h, base, sizeof(h));
+    codecs::ChunkExpectation e{collectiveId,
+                               op.step,
+                               static_cast<uint8_t>(args.dtype),
+                               seq,
+                               op.chunkIndex,
+                               op.count,
+                               op.elementOffset,
+                               args.count,
+                               static_cast<uint8_t>(args.kind),
+                               static_cast<uint8_t>(args.op),
+                               elementSize};
+    if (const char* why = codecs::validateChunk(h, e, arrived)) {
+      const std::string mismatch = callMismatch(h, link.peer());
+      if (!mismatch.empty())
+        fail(Errc::kInvalidArgument, link.peer(), mismatch);
+      fail(Errc::kRemote, link.peer(),
+           formatString("invalid chunk from rank %d (step %u, chunk %u): %s (received count %llu "
+                        "elements %u, expected count %zu elements %u)",
+                        link.peer(), op.step, op.chunkIndex, why,
+                        static_cast<unsigned long long>(h.totalCount), h.elementCount, args.count,
+                        op.count));
+    }
+    uint8_t* payload = base + sizeof(codecs::ChunkHeader);
+    op.slotCodec = h.codec;
+    op.slotMetaBytes = h.metaBytes;
+    op.slotPayloadBytes = h.payloadBytes;
+    applyChunk(link, op, h, payload);
+    if (op.finalize)
+      codecs::finalizeAverage(args.dtype, args.op, op.dst, op.count, engine.nranks_);
+    link.arrivedBytes[slot] = Link::kNotArrived;
+    op.processed = true;
+    ++lr.processed;
+    engine.stats_.chunksReceived++;
+    progress = true;
+  }
+  return progress;
+}
+
+// Releases processed chunks (in order; a forwarded one once its forward left) and tells the
+// peer with one cumulative credit message: once half the slots are free again, or (flush)
+// whenever this rank runs out of other work. Credits are never needed to finish the current
+// collective once this rank has all its chunks, so a small collective ends without the extra
+// message; the next one returns them at its first idle moment.
+bool Engine::Run::returnCredits(size_t li, bool flush) {
+  LinkRun& lr = links[li];
+  Link& link = *lr.link;
+  bool progress = false;
+  while (lr.releasedHere < lr.processed) {
+    const RecvOp& op = lr.queues->recvs[lr.releasedHere];
+    if (op.forwardsDone < op.forwarded)
+      break;
+    link.slotInUse[link.slotOf(lr.recvBase + lr.releasedHere)] = 0;
+    ++lr.releasedHere;
+    ++link.released;
+    progress = true;
+  }
+  const uint64_t pending = link.released - link.creditAdvertised;
+  const uint64_t batch = std::max<uint64_t>(1, link.layout().slots / 2);
+  if (pending >= batch || (flush && pending > 0)) {
+    PostResult r = link.connection().postWrite(
+        {}, link.peerSlots, 0, makeImm(ImmTag::kCredit, static_cast<uint32_t>(link.released)),
+        workId(WorkKind::kCredit, li, 0));
+    if (r == PostResult::kError)
+      connectionFailed(li);
+    if (r == PostResult::kOk) {
+      link.creditAdvertised = link.released;
+      progress = true;
+    }
+  }
+  return progress;
+}
+
+}  // namespace gs::stream

@@ -1,0 +1,170 @@
+#pragma once
+
+// The engine's private header: the execution state of one collective (Engine::Run), the plan
+// cache entry (Engine::Prepared) and what the engine's files share. Engine::Run's member
+// functions live by seam: engine_progress.cc, engine_send.cc, engine_recv.cc,
+// engine_failure.cc; the Engine itself (construction, the plan cache, run()) in engine.cc.
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codecs/chunk_header.h"
+#include "stream/engine.h"
+#include "stream/failure_notice.h"
+#include "stream/plan.h"
+
+namespace gs::stream {
+
+using transport::Completion;
+using transport::CompletionKind;
+using transport::PostResult;
+
+// WorkId layout: kind in the top byte, link index, op index.
+enum class WorkKind : uint64_t { kData = 1, kCredit = 2, kAbort = 3, kControl = 4 };
+constexpr transport::WorkId workId(WorkKind kind, size_t link, size_t index) {
+  return (static_cast<uint64_t>(kind) << 56) | (static_cast<uint64_t>(link) << 40) | index;
+}
+constexpr WorkKind workKind(transport::WorkId id) {
+  return static_cast<WorkKind>(id >> 56);
+}
+constexpr size_t workLink(transport::WorkId id) {
+  return (id >> 40) & 0xffff;
+}
+constexpr size_t workIndex(transport::WorkId id) {
+  return id & ((uint64_t{1} << 40) - 1);
+}
+
+inline uint64_t nowNs() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+          .count());
+}
+
+// Execution state of one collective.
+struct Engine::Run {
+  struct LinkRun {
+    Link* link = nullptr;
+    Plan::LinkQueues* queues = nullptr;
+    monitoring::LinkCounters* counters = nullptr;  // may be null
+    const codecs::Codec* codec = nullptr;          // codec of the chunks this rank encodes here
+    uint64_t creditBlockedSinceNs = 0;             // a ready chunk waits for a credit since
+    uint64_t logicalBytesSent = 0;                 // this collective
+    uint64_t sendBase = 0, recvBase = 0;  // link sequences of this collective's first chunks
+    size_t posted = 0, completed = 0, processed = 0, releasedHere = 0;
+    std::vector<uint8_t> sendDone;
+    bool answered = false;  // a kPong came back since the last liveness check was sent
+  };
+
+  Engine& engine;
+  const CollectiveArgs& args;
+  Plan& plan;
+  std::vector<LinkRun>& links;
+  size_t elementSize;
+  uint32_t collectiveId;
+  std::array<Completion, 64>& completions;  // scratch, the engine's (no per-call clearing)
+
+  // Fixed codec (null: raw) or per link (CollectiveArgs::adaptive).
+  const codecs::Codec* codecOn(size_t li) const { return links[li].codec; }
+
+  Run(Engine& e, const CollectiveArgs& a, uint32_t id, Plan& p, std::vector<LinkRun>& l)
+      : engine(e),
+        args(a),
+        plan(p),
+        links(l),
+        elementSize(elementSize_(a.dtype)),
+        collectiveId(id),
+        completions(e.completions_) {}
+  static size_t elementSize_(DataType t) { return gs::elementSize(t); }
+
+  // No progress for the timeout: who is at fault? The rank this one waits for may only be
+  // waiting itself (in a ring, rank 3 waits for rank 2, which waits for the stopped rank 1), so
+  // it is asked first (kPing; any rank running a collective answers at once). No answer within
+  // the grace: it is the one that stopped, and this rank says so to everyone. An answer: it is
+  // alive, and the rank waiting for the stopped one will name it (its notice comes here); only
+  // if none does within another two graces does this rank give up on its own.
+  struct LivenessCheck {
+    bool asked = false;
+    size_t link = 0;
+    Clock::time_point at{};
+    std::string waiting;  // what this rank was waiting for when it asked
+  };
+  LivenessCheck check;
+
+  // The progress loop (engine_progress.cc): polling, completions, dependencies, deadline.
+  bool satisfied(uint32_t begin, uint32_t end) const;
+  bool pollLink(size_t li);
+  static bool isLivenessCheck(const Completion& c);
+  void onCompletion(size_t li, const Completion& c);
+  void onRemoteWrite(size_t li, const Completion& c);
+  bool done() const;
+  void execute();
+
+  // Send path (engine_send.cc): headers, encoding (error feedback, sampled error), posting.
+  void fillHeader(codecs::ChunkHeader* h,
+                  const SendOp& op,
+                  uint64_t seq,
+                  uint8_t codecId,
+                  uint32_t metaBytes,
+                  uint32_t payloadBytes) const;
+  uint64_t seedOf(const SendOp& op) const;
+  bool postSends(size_t li);
+  void onSendComplete(size_t li, size_t index);
+  void decodeOwn(const codecs::ChunkHeader* h,
+                 const uint8_t* encoded,
+                 uint32_t count,
+                 uint8_t* out);
+  bool sampleError(const codecs::Codec& codec) const;
+  void recordError(LinkRun& lr,
+                   codecs::CodecId id,
+                   const void* values,
+                   const void* decoded,
+                   uint32_t count) const;
+  void scaleResidual(void* residual, size_t count, double factor) const;
+  void* residualAt(const void* element) const;
+
+  // Receive path (engine_recv.cc): validating, decoding, reducing, re-encoding hops, credits.
+  std::string callMismatch(const codecs::ChunkHeader& h, int peer) const;
+  void applyChunk(Link& link, RecvOp& op, const codecs::ChunkHeader& h, uint8_t* payload);
+  void reencode(RecvOp& op,
+                const codecs::Codec& codec,
+                const uint8_t* values,
+                uint8_t* slotPayload);
+  bool processRecvs(size_t li);
+  bool returnCredits(size_t li, bool flush);
+
+  // Failure handling (engine_failure.cc): blame, notices, the liveness check.
+  [[noreturn]] void fail(Errc code, int blamedRank, const std::string& cause);
+  [[noreturn]] void raise(const FailureNotice& notice, int passedOnBy);
+  FailureNotice noticeFrom(Link& link, const Completion& c) const;
+  [[noreturn]] void connectionFailed(size_t li);
+  bool findAbortNotice(size_t failed, Deadline deadline, FailureNotice* notice, int* reporter);
+  std::string waitingFor() const;
+  size_t blockingLink() const;
+  void onControl(size_t li, ControlCode code);
+  void onNoProgress(Clock::time_point now);
+};
+
+struct Engine::Prepared {
+  CollectiveArgs key;
+  Schedule schedule;
+  std::unique_ptr<transport::MemoryRegion> sendRegion, recvRegion;
+  std::vector<std::unique_ptr<transport::MemoryRegion>> otherRegions;  // see registerOnLinkDevices
+  Plan plan;
+  std::vector<Run::LinkRun> links;
+  uint64_t lastUse = 0;
+  const char* algorithm = "ring";
+  int64_t chunkBytes = 0;  // chunk size the plan was cut with
+  bool adaptive = false;
+
+  bool matches(const CollectiveArgs& a) const {
+    return a.kind == key.kind && a.send == key.send && a.recv == key.recv && a.count == key.count &&
+           a.dtype == key.dtype && a.op == key.op && a.root == key.root && a.codec == key.codec &&
+           a.adaptive == key.adaptive && a.algorithm == key.algorithm;
+  }
+};
+
+}  // namespace gs::stream

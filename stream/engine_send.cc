@@ -1,0 +1,218 @@
+// Engine::Run, send path: chunk headers, encoding (with error feedback and sampled error)
+// and posting each chunk as one write-with-immediate into the peer's slot.
+#include <algorithm>
+#include <cstring>
+
+#include "codecs/reduce.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "stream/engine_run.h"
+
+namespace gs::stream {
+
+void Engine::Run::fillHeader(codecs::ChunkHeader* h,
+                             const SendOp& op,
+                             uint64_t seq,
+                             uint8_t codecId,
+                             uint32_t metaBytes,
+                             uint32_t payloadBytes) const {
+  memset(h, 0, sizeof(*h));
+  h->magic = codecs::kChunkMagic;
+  h->version = codecs::kChunkVersion;
+  h->codec = codecId;
+  h->dtype = static_cast<uint8_t>(args.dtype);
+  h->collectiveId = collectiveId;
+  h->step = op.step;
+  h->sequence = seq;
+  h->chunkIndex = op.chunkIndex;
+  h->elementCount = op.count;
+  h->metaBytes = metaBytes;
+  h->payloadBytes = payloadBytes;
+  h->elementOffset = op.elementOffset;
+  h->totalCount = args.count;
+  h->collective = static_cast<uint8_t>(args.kind);
+  h->reduceOp = static_cast<uint8_t>(args.op);
+}
+
+// Seed of stochastic rounding: the same on every run of the same chunk, different per chunk.
+uint64_t Engine::Run::seedOf(const SendOp& op) const {
+  return (static_cast<uint64_t>(collectiveId) << 40) ^ (static_cast<uint64_t>(engine.rank_) << 24) ^
+         (static_cast<uint64_t>(op.step) << 32) ^ op.chunkIndex;
+}
+
+bool Engine::Run::postSends(size_t li) {
+  LinkRun& lr = links[li];
+  Link& link = *lr.link;
+  bool progress = false;
+  while (lr.posted < lr.queues->sends.size()) {
+    SendOp& op = lr.queues->sends[lr.posted];
+    if (!satisfied(op.depBegin, op.depEnd))
+      break;
+    if (!link.hasCredit()) {
+      if (lr.creditBlockedSinceNs == 0)
+        lr.creditBlockedSinceNs = nowNs();
+      break;
+    }
+    const uint64_t seq = link.sendSequence;
+    const size_t slot = link.slotOf(seq);
+    if (link.headerBusy[slot])
+      break;
+    transport::LocalSegment segs[2];
+    size_t nsegs = 1;
+    uint32_t wireBytes = 0;
+    const codecs::Codec* codec = codecOn(li);
+    const bool encode = op.forwardLink < 0 && codec != nullptr && op.count > 0 && !op.raw;
+    if (encode) {
+      // Header, metadata and payload contiguous in this slot's staging: one segment.
+      uint8_t* out = link.encodeStaging(slot);
+      const uint64_t encodeStart = nowNs();
+      const codecs::EncodedSize size = codec->encode(args.dtype, op.source, op.count,
+                                                     out + sizeof(codecs::ChunkHeader), seedOf(op));
+      if (lr.counters != nullptr)
+        lr.counters->addEncodeTime(nowNs() - encodeStart);
+      fillHeader(reinterpret_cast<codecs::ChunkHeader*>(out), op, seq,
+                 static_cast<uint8_t>(codec->id()), size.metaBytes, size.payloadBytes);
+      wireBytes = size.metaBytes + size.payloadBytes;
+      segs[0] = {&link.encodeRegion(), slot * link.layout().slotBytes(),
+                 sizeof(codecs::ChunkHeader) + wireBytes};
+    } else {
+      auto* h = reinterpret_cast<codecs::ChunkHeader*>(link.headerStaging(slot));
+      segs[0] = {&link.headerRegion(), slot * 64, sizeof(codecs::ChunkHeader)};
+      if (op.forwardLink >= 0) {
+        // Exactly the bytes that arrived (or were re-encoded) in the receive slot.
+        LinkRun& from = links[op.forwardLink];
+        const RecvOp& src = from.queues->recvs[op.forwardIndex];
+        fillHeader(h, op, seq, src.slotCodec, src.slotMetaBytes, src.slotPayloadBytes);
+        wireBytes = src.slotMetaBytes + src.slotPayloadBytes;
+        const size_t fslot = from.link->slotOf(from.recvBase + op.forwardIndex);
+        segs[1] = {&from.link->recvSlotsRegion(),
+                   fslot * from.link->layout().slotBytes() + sizeof(codecs::ChunkHeader),
+                   wireBytes};
+      } else {
+        wireBytes = static_cast<uint32_t>(op.count * elementSize);
+        fillHeader(h, op, seq, static_cast<uint8_t>(codecs::CodecId::kRaw), 0, wireBytes);
+        segs[1] = {op.region, op.regionOffset, wireBytes};
+      }
+      nsegs = wireBytes > 0 ? 2 : 1;
+    }
+    const size_t dstOffset = slot * link.layout().slotBytes();
+    PostResult r = link.connection().postWrite(
+        std::span<const transport::LocalSegment>(segs, nsegs), link.peerSlots, dstOffset,
+        makeImm(ImmTag::kData, static_cast<uint32_t>(slot)),
+        workId(WorkKind::kData, li, lr.posted));
+    if (r == PostResult::kWouldBlock)
+      break;
+    if (r == PostResult::kError)
+      connectionFailed(li);
+    const bool sample = encode && sampleError(*codec);
+    if (encode && (op.replica != nullptr || args.residual != nullptr || sample)) {
+      const uint8_t* enc = link.encodeStaging(slot);
+      uint8_t* decoded = engine.scratch(1);
+      decodeOwn(reinterpret_cast<const codecs::ChunkHeader*>(enc),
+                enc + sizeof(codecs::ChunkHeader), op.count, decoded);
+      if (sample)
+        recordError(lr, codec->id(), op.source, decoded, op.count);
+      if (args.residual != nullptr) {
+        void* res = residualAt(op.source);
+        codecs::updateResidual(args.dtype, op.source, decoded, res, op.count);
+        // An averaged block lost this much per rank's share: the residual is added back to
+        // one rank's contribution to a sum, so it counts N times.
+        if (args.op == ReduceOp::kAvg && op.replica != nullptr)
+          scaleResidual(res, op.count, static_cast<double>(engine.nranks_));
+      }
+      // Our own copy becomes what every other rank decodes: replicas stay bit-identical.
+      if (op.replica != nullptr)
+        memcpy(op.replica, decoded, op.count * elementSize);
+    }
+    link.headerBusy[slot] = 1;
+    ++link.sendSequence;
+    ++lr.posted;
+    op.postedNs = nowNs();
+    lr.logicalBytesSent += op.count * elementSize;
+    if (lr.counters != nullptr) {
+      lr.counters->onChunkSent(
+          op.count * elementSize, sizeof(codecs::ChunkHeader) + wireBytes,
+          encode
+              ? static_cast<int>(codec->id())
+              : static_cast<int>(
+                    reinterpret_cast<const codecs::ChunkHeader*>(link.headerStaging(slot))->codec));
+      if (lr.creditBlockedSinceNs != 0)
+        lr.counters->addCreditWait(op.postedNs - lr.creditBlockedSinceNs);
+    }
+    lr.creditBlockedSinceNs = 0;
+    engine.stats_.chunksSent++;
+    engine.stats_.bytesSent += sizeof(codecs::ChunkHeader) + wireBytes;
+    engine.stats_.bytesLogical += op.count * elementSize;
+    progress = true;
+  }
+  return progress;
+}
+
+void Engine::Run::onSendComplete(size_t li, size_t index) {
+  LinkRun& lr = links[li];
+  if (index >= lr.posted || lr.sendDone[index])
+    fail(Errc::kInternal, engine.rank_, "stray send completion");
+  lr.sendDone[index] = 1;
+  Link& link = *lr.link;
+  link.headerBusy[link.slotOf(lr.sendBase + index)] = 0;
+  const SendOp& op = lr.queues->sends[index];
+  if (lr.counters != nullptr)
+    lr.counters->onChunkCompleted(nowNs() - op.postedNs);
+  if (op.forwardLink >= 0)
+    ++links[op.forwardLink].queues->recvs[op.forwardIndex].forwardsDone;
+  while (lr.completed < lr.posted && lr.sendDone[lr.completed])
+    ++lr.completed;
+}
+
+// Decodes a chunk this rank encoded itself (cannot fail unless the codec is broken).
+void Engine::Run::decodeOwn(const codecs::ChunkHeader* h,
+                            const uint8_t* encoded,
+                            uint32_t count,
+                            uint8_t* out) {
+  if (const char* why = engine.decoder(h->codec).decode(args.dtype, encoded, h->metaBytes,
+                                                        h->payloadBytes, count, out))
+    fail(Errc::kInternal, engine.rank_, formatString("own chunk does not decode: %s", why));
+}
+
+// Numerics guardrail: every errorSampleEvery_-th lossy chunk is decoded back and compared.
+bool Engine::Run::sampleError(const codecs::Codec& codec) const {
+  if (codec.id() == codecs::CodecId::kRaw || engine.errorSampleEvery_ == 0)
+    return false;
+  return engine.lossyChunks_++ % engine.errorSampleEvery_ == 0;
+}
+
+void Engine::Run::recordError(LinkRun& lr,
+                              codecs::CodecId id,
+                              const void* values,
+                              const void* decoded,
+                              uint32_t count) const {
+  if (lr.counters != nullptr) {
+    lr.counters->onErrorSample(static_cast<int>(id),
+                               codecs::relativeError(args.dtype, values, decoded, count));
+  }
+}
+
+void Engine::Run::scaleResidual(void* residual, size_t count, double factor) const {
+  if (codecs::residualElementSize(args.dtype) == sizeof(double)) {
+    auto* r = static_cast<double*>(residual);
+    for (size_t i = 0; i < count; ++i)
+      r[i] *= factor;
+  } else {
+    auto* r = static_cast<float*>(residual);
+    for (size_t i = 0; i < count; ++i)
+      r[i] = static_cast<float>(r[i] * factor);
+  }
+}
+
+// Residual element of a buffer element, by its address in the send or the recv buffer.
+void* Engine::Run::residualAt(const void* element) const {
+  const auto* e = static_cast<const uint8_t*>(element);
+  const auto* recv = static_cast<const uint8_t*>(args.recv);
+  const auto* base = e >= recv && e < recv + args.count * elementSize
+                         ? recv
+                         : static_cast<const uint8_t*>(args.send);
+  const size_t index = static_cast<size_t>(e - base) / elementSize;
+  return static_cast<uint8_t*>(args.residual) + index * codecs::residualElementSize(args.dtype);
+}
+
+}  // namespace gs::stream
