@@ -78,6 +78,14 @@ class Device {
 /// or not usable on this machine, kInvalidArgument for an unknown name.
 std::unique_ptr<Device> createDevice(const std::string& name, const DeviceOptions& options);
 
+/// Whether two devices of the named backend, known by their address blobs
+/// (Device::address()), can reach each other through memory shared on one host (for "shm": the
+/// same boot, pid namespace and /dev/shm, both ways). False for backends that are not
+/// same-host ones and for malformed blobs. The control plane picks shm for a peer with this.
+bool sameHostReachable(const std::string& name,
+                       std::span<const uint8_t> a,
+                       std::span<const uint8_t> b);
+
 /// Resolves "auto" to the best backend available here (verbs where an active RDMA port that
 /// config allows exists, else tcp), logging the choice and why once.
 std::string resolveTransportName(const std::string& requested, const Config& config);

@@ -35,6 +35,12 @@ std::unique_ptr<Device> createDevice(const std::string& name, const DeviceOption
                            name.c_str()));
 }
 
+bool sameHostReachable(const std::string& name,
+                       std::span<const uint8_t> a,
+                       std::span<const uint8_t> b) {
+  return name == "shm" && shm::sameDomain(a, b) && shm::sameDomain(b, a);
+}
+
 std::string resolveTransportName(const std::string& requested, const Config& config) {
   if (requested != "auto")
     return requested;

@@ -37,15 +37,15 @@ bool wouldBlock(const error_code& ec) {
 Connection::Connection(Device& device,
                        int peer,
                        std::string peerAddress,
-                       std::vector<Socket> sockets,
+                       std::vector<sockets::Socket> established,
                        std::shared_ptr<RegionTable> regions)
     : device_(device),
       peer_(peer),
       peerAddress_(std::move(peerAddress)),
       regions_(std::move(regions)),
-      completions_(sockets.size() * kOpsPerSocket + kMaxPostedRecvs + kExtraCompletions),
+      completions_(established.size() * kOpsPerSocket + kMaxPostedRecvs + kExtraCompletions),
       recvs_(kMaxPostedRecvs) {
-  for (Socket& s : sockets) {
+  for (sockets::Socket& s : established) {
     auto ch = std::make_unique<Channel>(std::move(s));
     ch->fd.store(ch->socket.native_handle());
     channels_.push_back(std::move(ch));

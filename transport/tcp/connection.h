@@ -10,7 +10,7 @@
 #include "transport/connection.h"
 #include "transport/region_table.h"
 #include "transport/ring.h"
-#include "transport/tcp/handshake.h"
+#include "transport/sockets/handshake.h"
 #include "transport/tcp/wire.h"
 
 namespace gs::transport::tcp {
@@ -34,7 +34,7 @@ class Connection final : public transport::Connection {
   Connection(Device& device,
              int peer,
              std::string peerAddress,
-             std::vector<Socket> sockets,
+             std::vector<sockets::Socket> established,
              std::shared_ptr<RegionTable> regions);
   ~Connection() override;
 
@@ -74,8 +74,8 @@ class Connection final : public transport::Connection {
   enum class RecvState : uint8_t { kHeader, kPayload, kWaitRecv };
   // One socket with its send queue and receive state machine.
   struct Channel {
-    explicit Channel(Socket s) : socket(std::move(s)), ops(kOpsPerSocket) {}
-    Socket socket;
+    explicit Channel(sockets::Socket s) : socket(std::move(s)), ops(kOpsPerSocket) {}
+    sockets::Socket socket;
     std::atomic<int> fd{-1};       // -1 once closed; read by appendPollFds
     std::atomic<short> events{0};  // what waitForActivity should wait for
     Ring<SendOp> ops;

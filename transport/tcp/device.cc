@@ -40,9 +40,9 @@ Device::Device(const DeviceOptions& options) : regions_(std::make_shared<RegionT
   GS_CHECK(!address.is_unspecified(), Errc::kInvalidArgument,
            "tcp: bind address %s is a wildcard; peers need a concrete address to dial",
            bind.c_str());
-  listener_ = std::make_unique<Listener>(io_, address, params_);
+  listener_ = std::make_unique<sockets::Listener>(io_, address, params_);
   GS_LOG_DEBUG("tcp: rank %d listening on %s", params_.rank,
-               endpointText(listener_->endpoint()).c_str());
+               sockets::endpointText(listener_->endpoint()).c_str());
 }
 
 Device::~Device() {
@@ -68,18 +68,20 @@ std::unique_ptr<transport::MemoryRegion> Device::registerMemory(void* data, size
 }
 
 std::vector<uint8_t> Device::address() const {
-  return endpointBlob(listener_->endpoint(), params_.rank);
+  return sockets::endpointBlob(listener_->endpoint(), params_.rank);
 }
 
 std::unique_ptr<transport::Connection> Device::connect(int peer,
                                                        std::span<const uint8_t> peerAddress,
                                                        Deadline deadline) {
-  const asio::ip::tcp::endpoint endpoint = parseEndpointBlob(peerAddress, peer, params_, "tcp");
-  const std::string where = endpointText(endpoint);
-  std::vector<Socket> sockets = establish(io_, *listener_, params_, peer, endpoint, deadline);
+  const asio::ip::tcp::endpoint endpoint =
+      sockets::parseEndpointBlob(peerAddress, peer, params_, "tcp");
+  const std::string where = sockets::endpointText(endpoint);
+  std::vector<sockets::Socket> connected =
+      sockets::establish(io_, *listener_, params_, peer, endpoint, deadline);
   GS_LOG_DEBUG("tcp: connected to rank %d (%s) with %zu sockets", peer, where.c_str(),
-               sockets.size());
-  return std::make_unique<Connection>(*this, peer, where, std::move(sockets), regions_);
+               connected.size());
+  return std::make_unique<Connection>(*this, peer, where, std::move(connected), regions_);
 }
 
 void Device::attach(Connection* connection) {

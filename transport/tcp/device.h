@@ -10,7 +10,7 @@
 
 #include "transport/device.h"
 #include "transport/region_table.h"
-#include "transport/tcp/handshake.h"
+#include "transport/sockets/handshake.h"
 #include "transport/wakeup.h"
 
 namespace gs::transport::tcp {
@@ -19,9 +19,9 @@ class Connection;
 
 /// The tcp backend's device: a listening socket on options.bindAddress, the registered-region
 /// table that incoming frames are validated against, and an eventfd for interrupt(). The
-/// higher rank of a pair dials, the lower accepts (see handshake.h). The io_context only
-/// provides the sockets; nothing ever runs it, since the data path uses non-blocking calls and
-/// waitForActivity() uses poll(2) directly.
+/// higher rank of a pair dials, the lower accepts (see transport/sockets/handshake.h). The
+/// io_context only provides the sockets; nothing ever runs it, since the data path uses
+/// non-blocking calls and waitForActivity() uses poll(2) directly.
 ///
 /// Owned by the communicator; outlives its connections and regions. registerMemory(),
 /// interrupt(), attach() and detach() are thread-safe; connect() and waitForActivity() are
@@ -45,10 +45,10 @@ class Device final : public transport::Device {
   void detach(Connection* connection);
 
  private:
-  HandshakeParams params_;
+  sockets::HandshakeParams params_;
   boost::asio::io_context io_;
   std::shared_ptr<RegionTable> regions_;
-  std::unique_ptr<Listener> listener_;
+  std::unique_ptr<sockets::Listener> listener_;
   Wakeup wakeup_;
   std::mutex connectionsMutex_;
   std::vector<Connection*> connections_;

@@ -61,7 +61,7 @@ void modify(ibv_qp* qp, ibv_qp_attr& attr, int mask, const char* state, const st
 
 }  // namespace
 
-Connection::Connection(Device& device, int peer, std::string peerAddress, tcp::Socket side)
+Connection::Connection(Device& device, int peer, std::string peerAddress, sockets::Socket side)
     : device_(device),
       peer_(peer),
       peerAddress_(std::move(peerAddress)),
@@ -512,7 +512,7 @@ void Connection::fail(Errc status, const std::string& why) noexcept {
   GS_LOG_DEBUG("%s", why.c_str());
   // Tell the peer at once: it sees the side channel close.
   boost::system::error_code ec;
-  side_.shutdown(tcp::Socket::shutdown_both, ec);
+  side_.shutdown(sockets::Socket::shutdown_both, ec);
 }
 
 // ---- device support --------------------------------------------------------------------------
@@ -524,7 +524,7 @@ void Connection::armCompletionEvents() {
 
 void Connection::appendPollFds(std::vector<pollfd>& fds) const {
   if (!failed_)
-    fds.push_back(pollfd{const_cast<tcp::Socket&>(side_).native_handle(), POLLIN, 0});
+    fds.push_back(pollfd{const_cast<sockets::Socket&>(side_).native_handle(), POLLIN, 0});
 }
 
 void Connection::checkSide() {

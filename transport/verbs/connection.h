@@ -9,7 +9,7 @@
 
 #include "transport/connection.h"
 #include "transport/ring.h"
-#include "transport/tcp/handshake.h"
+#include "transport/sockets/handshake.h"
 #include "transport/verbs/handles.h"
 #include "transport/verbs/hw_counters.h"
 #include "transport/verbs/wire.h"
@@ -42,7 +42,7 @@ class Connection final : public transport::Connection {
   static constexpr uint32_t kInlineBytes = 128;
 
   /// Creates the completion queue and the queue pairs (INIT state, receives posted).
-  Connection(Device& device, int peer, std::string peerAddress, tcp::Socket side);
+  Connection(Device& device, int peer, std::string peerAddress, sockets::Socket side);
   ~Connection() override;
 
   int peer() const override { return peer_; }
@@ -59,7 +59,7 @@ class Connection final : public transport::Connection {
   bool linkInfo(LinkInfo* out) const override { return counters_.read(out); }
 
   // Set-up, driven by Device::connect().
-  tcp::Socket& side() { return side_; }
+  sockets::Socket& side() { return side_; }
   QpExchange localInfo(int rank) const;
   /// Validates the peer's exchange (untrusted bytes) and moves every QP to RTS.
   void activate(const QpExchange& remote);
@@ -104,7 +104,7 @@ class Connection final : public transport::Connection {
   Device& device_;
   int peer_;
   std::string peerAddress_;
-  tcp::Socket side_;
+  sockets::Socket side_;
   VerbsPtr<ibv_cq> cq_;
   std::vector<Qp> qps_;  // [0] two-sided messages, [1..] data; destroyed before cq_
   size_t nextDataQp_ = 1;

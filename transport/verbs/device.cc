@@ -88,7 +88,7 @@ Device::Device(const DeviceOptions& options)
   GS_CHECK(!ec && !address.is_unspecified(), Errc::kInvalidArgument,
            "verbs: bind address \"%s\" for connection set-up is not a concrete IP address",
            bind.c_str());
-  listener_ = std::make_unique<tcp::Listener>(io_, address, params_);
+  listener_ = std::make_unique<sockets::Listener>(io_, address, params_);
   listener_->setServiceHook([this] { progressPassive(); });
   GS_LOG_INFO("verbs: rank %d uses %s, GID %s, active MTU %d, GPU buffers: %s", params_.rank,
               port_.name().c_str(), port_.gidDescription.c_str(),
@@ -137,7 +137,7 @@ std::vector<uint8_t> Device::address() const {
   DeviceBlob blob{};
   blob.magic = kDeviceBlobMagic;
   blob.version = kVerbsWireVersion;
-  const std::vector<uint8_t> side = tcp::endpointBlob(listener_->endpoint(), params_.rank);
+  const std::vector<uint8_t> side = sockets::endpointBlob(listener_->endpoint(), params_.rank);
   std::memcpy(&blob.side, side.data(), sizeof(blob.side));
   std::vector<uint8_t> out(sizeof(blob));
   std::memcpy(out.data(), &blob, sizeof(blob));
@@ -158,22 +158,22 @@ std::unique_ptr<transport::Connection> Device::connect(int peer,
            "verbs connect to rank %d: not a verbs address (version %u; does it use another "
            "transport?)",
            peer, blob.version);
-  const asio::ip::tcp::endpoint endpoint = tcp::parseEndpointBlob(
+  const asio::ip::tcp::endpoint endpoint = sockets::parseEndpointBlob(
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&blob.side), sizeof(blob.side)),
       peer, params_, "verbs");
   std::unique_ptr<Connection> connection;
   if (peer > params_.rank) {
     connection = awaitPassive(peer, endpoint, deadline);
   } else {
-    std::vector<tcp::Socket> sockets =
-        tcp::establish(io_, *listener_, params_, peer, endpoint, deadline);
-    QpHandshake handshake(std::make_unique<Connection>(*this, peer, tcp::endpointText(endpoint),
-                                                       std::move(sockets.front())),
+    std::vector<sockets::Socket> side =
+        sockets::establish(io_, *listener_, params_, peer, endpoint, deadline);
+    QpHandshake handshake(std::make_unique<Connection>(*this, peer, sockets::endpointText(endpoint),
+                                                       std::move(side.front())),
                           params_.rank);
     std::vector<pollfd> fds;
     while (!handshake.step()) {
       GS_CHECK(!deadline.expired(), Errc::kTimeout, "verbs connect to rank %d (%s) timed out %s",
-               peer, tcp::endpointText(endpoint).c_str(), handshake.progress().c_str());
+               peer, sockets::endpointText(endpoint).c_str(), handshake.progress().c_str());
       listener_->service();
       fds.clear();
       listener_->appendPollFds(fds);
@@ -214,7 +214,7 @@ std::unique_ptr<Connection> Device::awaitPassive(int peer,
     if (deadline.expired()) {
       const bool started = it != passive_.end() && it->second.handshake;
       throw Error(Errc::kTimeout, formatString("verbs connect to rank %d (%s) timed out %s", peer,
-                                               tcp::endpointText(endpoint).c_str(),
+                                               sockets::endpointText(endpoint).c_str(),
                                                started ? it->second.handshake->progress().c_str()
                                                        : "waiting for it to dial in"));
     }
@@ -230,8 +230,8 @@ std::unique_ptr<Connection> Device::awaitPassive(int peer,
 
 void Device::progressPassive() {
   int peer = -1;
-  std::vector<tcp::Socket> sockets;
-  while (listener_->takeAny(&peer, sockets)) {
+  std::vector<sockets::Socket> side;
+  while (listener_->takeAny(&peer, side)) {
     if (peer <= params_.rank || passive_.count(peer) > 0) {
       GS_LOG_WARN("verbs: rank %d dialed out of turn or twice; ignoring the extra connection",
                   peer);
@@ -240,10 +240,10 @@ void Device::progressPassive() {
     Passive& p = passive_[peer];
     try {
       boost::system::error_code ec;
-      const auto remote = sockets.front().remote_endpoint(ec);
+      const auto remote = side.front().remote_endpoint(ec);
       p.handshake = std::make_unique<QpHandshake>(
-          std::make_unique<Connection>(*this, peer, ec ? "?" : tcp::endpointText(remote),
-                                       std::move(sockets.front())),
+          std::make_unique<Connection>(*this, peer, ec ? "?" : sockets::endpointText(remote),
+                                       std::move(side.front())),
           params_.rank);
     } catch (const Error& e) {
       p.errc = e.code();

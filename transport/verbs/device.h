@@ -10,7 +10,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "transport/device.h"
-#include "transport/tcp/handshake.h"
+#include "transport/sockets/handshake.h"
 #include "transport/verbs/port_select.h"
 #include "transport/verbs/qp_handshake.h"
 #include "transport/verbs/registration.h"
@@ -72,13 +72,13 @@ class Device final : public transport::Device {
   };
 
   Config config_;
-  tcp::HandshakeParams params_;
+  sockets::HandshakeParams params_;
   SelectedPort port_;  // owns the device context: declared first, destroyed last
   VerbsPtr<ibv_pd> pd_;
   VerbsPtr<ibv_comp_channel> channel_;
   std::shared_ptr<RegistrationCache> cache_;
   boost::asio::io_context io_;
-  std::unique_ptr<tcp::Listener> listener_;
+  std::unique_ptr<sockets::Listener> listener_;
   Wakeup wakeup_;
   // Recursive: a flushed work completion drained inside waitForActivity() reads the async
   // events (which take it again) to say why.

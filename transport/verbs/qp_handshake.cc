@@ -11,7 +11,7 @@ QpHandshake::QpHandshake(std::unique_ptr<Connection> connection, int rank)
 
 bool QpHandshake::transfer(
     const uint8_t* out, size_t outBytes, size_t& sent, uint8_t* in, size_t inBytes, size_t& got) {
-  tcp::Socket& socket = connection_->side();
+  sockets::Socket& socket = connection_->side();
   boost::system::error_code ec;
   if (sent < outBytes) {
     sent += socket.write_some(asio::buffer(out + sent, outBytes - sent), ec);

@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-#include "transport/tcp/wire.h"
+#include "transport/sockets/handshake_wire.h"
 
 namespace gs::transport::verbs {
 
@@ -17,13 +17,13 @@ inline constexpr int kMaxQpsPerConnection = 17;  // one for two-sided messages +
 
 // Address blob (48 bytes):
 //   0 magic "GSVB"  4 version  6 reserved  8 reserved (8 bytes)
-//  16 the side channel's tcp AddressBlob (32 bytes): where peers dial to set up queue pairs
+//  16 the side channel's sockets::AddressBlob (32 bytes): where peers dial to set up queue pairs
 struct DeviceBlob {
   uint32_t magic;
   uint16_t version;
   uint16_t reserved0;
   uint64_t reserved1;
-  tcp::AddressBlob side;
+  sockets::AddressBlob side;
 };
 static_assert(sizeof(DeviceBlob) == 48);
 

@@ -18,7 +18,7 @@ using namespace std::chrono_literals;
 
 uint16_t portOf(const std::vector<uint8_t>& blob) {
   uint16_t port;
-  std::memcpy(&port, blob.data() + 8, 2);  // see AddressBlob in transport/tcp/wire.h
+  std::memcpy(&port, blob.data() + 8, 2);  // see AddressBlob in transport/sockets/handshake_wire.h
   return port;
 }
 

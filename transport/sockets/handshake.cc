@@ -1,4 +1,4 @@
-#include "transport/tcp/handshake.h"
+#include "transport/sockets/handshake.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -11,7 +11,7 @@
 #include "common/error.h"
 #include "common/log.h"
 
-namespace gs::transport::tcp {
+namespace gs::transport::sockets {
 namespace {
 
 namespace asio = boost::asio;
@@ -473,4 +473,4 @@ asio::ip::tcp::endpoint parseEndpointBlob(std::span<const uint8_t> bytes,
   return asio::ip::tcp::endpoint(address, blob.port);
 }
 
-}  // namespace gs::transport::tcp
+}  // namespace gs::transport::sockets

@@ -1,5 +1,11 @@
 #pragma once
 
+// The authenticated socket set-up that both socket-based backends use: tcp opens its data sockets
+// with it, verbs the side channel over which it exchanges queue pairs (and keeps open as a
+// liveness channel). It lives here, not in either backend, so neither includes the other's
+// private headers. Messages about the peer's verdict name HandshakeParams::backend; those about
+// the sockets themselves say "tcp", the protocol they speak whichever backend asked.
+
 #include <poll.h>
 
 #include <functional>
@@ -14,9 +20,9 @@
 
 #include "common/auth.h"
 #include "common/clock.h"
-#include "transport/tcp/wire.h"
+#include "transport/sockets/handshake_wire.h"
 
-namespace gs::transport::tcp {
+namespace gs::transport::sockets {
 
 using Socket = boost::asio::ip::tcp::socket;
 
@@ -105,7 +111,8 @@ std::vector<Socket> establish(boost::asio::io_context& io,
                               const boost::asio::ip::tcp::endpoint& endpoint,
                               Deadline deadline);
 
-/// The listener's endpoint and rank as a 32-byte AddressBlob (wire.h), for the rendezvous.
+/// The listener's endpoint and rank as a 32-byte AddressBlob (handshake_wire.h), for the
+/// rendezvous.
 std::vector<uint8_t> endpointBlob(const boost::asio::ip::tcp::endpoint& endpoint, int rank);
 /// Parses and validates peer's AddressBlob (bytes from the rendezvous are untrusted): size,
 /// magic, version, family, and that it names `peer`, which is neither us nor out of range.
@@ -117,4 +124,4 @@ boost::asio::ip::tcp::endpoint parseEndpointBlob(std::span<const uint8_t> blob,
 /// "ip:port" or "[ip6]:port".
 std::string endpointText(const boost::asio::ip::tcp::endpoint& endpoint);
 
-}  // namespace gs::transport::tcp
+}  // namespace gs::transport::sockets
