@@ -1,4 +1,6 @@
-// The C API: argument checks, then control/. Exceptions become status codes in guard() only.
+// The C API: argument checks, then control/. Exceptions become status codes in guard() only
+// (guardStatus() is guard() for calls with more than one success status): every entry point's
+// body runs inside one, so nothing throws across the C boundary.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -64,8 +66,12 @@ static_assert(sizeof(gs_unique_id_t) == gs::control::UniqueId::kBytes, "unique i
 
 thread_local std::string tLastError;
 
-void setLastError(const char* message) {
-  tLastError = message;
+void setLastError(const char* message) noexcept {
+  try {
+    tLastError = message;
+  } catch (...) {
+    tLastError.clear();  // no memory for the message: the status still says what happened
+  }
   GS_LOG_DEBUG("returning error: %s", message);
 }
 
@@ -87,6 +93,15 @@ gs_status_t guard(F&& f) noexcept {
     setLastError("unknown exception");
     return GS_ERR_INTERNAL;
   }
+}
+
+// guard() for calls with more than one success status (GS_IN_PROGRESS, a request's own): f
+// returns the status; whatever it throws becomes one, as in guard().
+template <class F>
+gs_status_t guardStatus(F&& f) noexcept {
+  gs_status_t status = GS_OK;
+  const gs_status_t thrown = guard([&] { status = std::forward<F>(f)(); });
+  return thrown != GS_OK ? thrown : status;
 }
 
 #define GS_ARG(cond, ...) GS_CHECK(cond, ::gs::Errc::kInvalidArgument, __VA_ARGS__)
@@ -604,43 +619,44 @@ static gs_status_t requestStatus(const gs_request_t request) {
 }
 
 gs_status_t gs_test(gs_request_t request, int* out_done) {
-  gs_status_t s = guard([&] {
+  return guardStatus([&] {
     GS_ARG(request != nullptr, "request is NULL");
     GS_ARG(out_done != nullptr, "out_done is NULL");
+    if (!request->request->done()) {
+      *out_done = 0;
+      return GS_IN_PROGRESS;
+    }
+    *out_done = 1;
+    return requestStatus(request);
   });
-  if (s != GS_OK)
-    return s;
-  if (!request->request->done()) {
-    *out_done = 0;
-    return GS_IN_PROGRESS;
-  }
-  *out_done = 1;
-  return requestStatus(request);
 }
 
 gs_status_t gs_wait(gs_request_t request, int timeout_ms) {
-  gs_status_t s = guard([&] { GS_ARG(request != nullptr, "request is NULL"); });
-  if (s != GS_OK)
-    return s;
-  const int64_t ms = timeout_ms >= 0 ? timeout_ms : request->timeoutMs;
-  if (!request->request->waitUntil(gs::Deadline::afterMs(ms))) {
-    setLastError(gs::formatString("request still running after %lld ms", static_cast<long long>(ms))
-                     .c_str());
-    return GS_ERR_TIMEOUT;
-  }
-  return requestStatus(request);
+  return guardStatus([&] {
+    GS_ARG(request != nullptr, "request is NULL");
+    const int64_t ms = timeout_ms >= 0 ? timeout_ms : request->timeoutMs;
+    if (!request->request->waitUntil(gs::Deadline::afterMs(ms))) {
+      setLastError(
+          gs::formatString("request still running after %lld ms", static_cast<long long>(ms))
+              .c_str());
+      return GS_ERR_TIMEOUT;
+    }
+    return requestStatus(request);
+  });
 }
 
 gs_status_t gs_request_free(gs_request_t request) {
-  if (request == nullptr)
+  return guardStatus([&] {
+    if (request == nullptr)
+      return GS_OK;
+    // The progress thread may still write into the user's buffers: wait (bounded) first.
+    if (!request->request->waitUntil(gs::Deadline::afterMs(request->timeoutMs))) {
+      setLastError("request still running; not freed");
+      return GS_ERR_TIMEOUT;
+    }
+    delete request;
     return GS_OK;
-  // The progress thread may still write into the user's buffers: wait (bounded) first.
-  if (!request->request->waitUntil(gs::Deadline::afterMs(request->timeoutMs))) {
-    setLastError("request still running; not freed");
-    return GS_ERR_TIMEOUT;
-  }
-  delete request;
-  return GS_OK;
+  });
 }
 
 gs_status_t gs_stream_config_init(gs_stream_config_t* config) {

@@ -6,7 +6,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "transport/shm/device.h"
+#include "transport/device.h"
 
 namespace gs::control {
 
@@ -55,8 +55,7 @@ std::unique_ptr<transport::Device> openShmDevice(const std::string& networkTrans
 bool shmBetween(const TransportEndpoint& a, const TransportEndpoint& b) {
   if (a.shmAddress.empty() || b.shmAddress.empty() || a.hostname != b.hostname)
     return false;
-  return transport::shm::sameDomain(a.shmAddress, b.shmAddress) &&
-         transport::shm::sameDomain(b.shmAddress, a.shmAddress);
+  return transport::sameHostReachable("shm", a.shmAddress, b.shmAddress);
 }
 
 bool shmWithinHosts(const std::vector<TransportEndpoint>& ranks) {

@@ -38,9 +38,9 @@ std::unique_ptr<transport::Device> openShmDevice(const std::string& networkTrans
                                                  ShmState& state);
 
 /// Whether ranks a and b exchange chunks over shm: both published an shm address, they name the
-/// same host, and their addresses are of one shared-memory domain (shm::sameDomain, asked both
-/// ways). Symmetric by construction: both ranks of a pair get the same answer from the same two
-/// records.
+/// same host, and their addresses are of one shared-memory domain
+/// (transport::sameHostReachable, which asks both ways). Symmetric by construction: both ranks
+/// of a pair get the same answer from the same two records.
 bool shmBetween(const TransportEndpoint& a, const TransportEndpoint& b);
 
 /// Whether ranks that share a host talk over shm, for the cost model's intra-host link class:

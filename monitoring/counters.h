@@ -15,7 +15,7 @@
 namespace gs::monitoring {
 
 /// Codec ids as counted by LinkCounters::onChunkSent; index into kCodecNames. The order is the
-/// precision ladder (DESIGN.md), so a larger id means a more aggressive codec.
+/// precision ladder (README "Adaptive codec"), so a larger id means a more aggressive codec.
 inline constexpr int kMaxCodecs = 8;
 inline constexpr std::array<const char*, kMaxCodecs> kCodecNames = {
     "raw", "fp16", "bf16", "fp8e4m3", "fp8e5m2", "int8", "int4", "topk"};
