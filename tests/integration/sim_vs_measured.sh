@@ -4,10 +4,10 @@
 # over shm (the model assumes a core per rank: more shm ranks than this machine's 2 cores wait
 # on the scheduler, not on the link), ring and halving-doubling allreduce of 64 KiB and 4 MiB.
 # Every prediction must be within a factor of 4 of the measured median time (the machines are
-# shared and noisy: 10-30 % between runs, up to 3x at 1 MiB, see peers.md), or of 8 where the
-# ranks outnumber the cores (the model has a core per rank; here 3-4 processes share 2 cores and
-# wait for the scheduler, 2-3x slower than predicted on a quiet machine). Prints both for the
-# record.
+# shared and noisy: 10-30 % between runs, up to 3x at 1 MiB, see docs/PERFORMANCE.md), or of 8
+# where the ranks outnumber the cores (the model has a core per rank; here 3-4 processes share 2
+# cores and wait for the scheduler, 2-3x slower than predicted on a quiet machine). Prints both
+# for the record.
 set -euo pipefail
 perf=${GS_PERF:?set GS_PERF to gradstream-perf}
 sim=${GS_SIM:?set GS_SIM to gradstream-sim}

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Runs inside the test VM (chroot on the overlay of the host root), started by the initramfs
-# /init: sets up two Soft-RoCE devices over one veth pair (../../shared/softroce.md), then runs
+# /init: sets up two Soft-RoCE devices over one veth pair (tests/vm/README.md), then runs
 # the job that run.sh wrote to /run/gs-vm/job with its output on the second serial port, and
 # writes its exit status to /run/gs-vm/rc. Few processes: every exec costs milliseconds under TCG.
 set -u
