@@ -37,8 +37,8 @@ perf() {
 fin() { [ -n "$1" ] || { cat "$OUT"/*; fail "a run produced no timing"; }; }
 monotonic() { awk '{print $1}' /proc/uptime; }
 # rungs TAG RANK FROM [TO]: over rank RANK's iterations that started in [FROM, TO] (monotonic
-# seconds), the time-weighted share of each codec its link used and the logical GB/s, e.g.
-# "raw=0.93 int8=0.07 gbps=1.52 seconds=7.1". The codec of an iteration is the target of the
+# seconds), the time-weighted share of each codec its link used, the logical GB/s at each and in
+# all, e.g. "raw=0.93 raw_gbps=1.50 int8=0.07 int8_gbps=1.71 gbps=1.52 seconds=7.1". The codec of an iteration is the target of the
 # last decision logged before the iteration started (decisions come between collectives).
 rungs() {
   awk -v from="$3" -v to="${4:-1e18}" '
@@ -49,11 +49,11 @@ rungs() {
       end = $2; d = $3 / 1e6; start = end - d
       if (start < from || start > to) next
       c = "raw"; for (i = 0; i < n && at[i] < start; ++i) c = codec[i]
-      share[c] += d; total += d; bytes += $1
+      share[c] += d; total += d; bytes += $1; moved[c] += $1
     }
     END {
       if (total == 0) { print "seconds=0"; exit }
-      for (c in share) printf "%s=%.3f ", c, share[c] / total
+      for (c in share) printf "%s=%.3f %s_gbps=%.3f ", c, share[c] / total, c, moved[c] / share[c] / 1e9
       printf "gbps=%.3f seconds=%.1f\n", bytes / total / 1e9, total
     }' "$OUT/$1.$2" "$OUT/$1.timeline.$2"
 }
@@ -117,9 +117,12 @@ case "$CASE" in
       back=$(grep -o '\-> [a-z0-9]* ([^)]*) t=[0-9.]*' "$OUT/run.$r" |
         awk -v r="$restore" '{t = substr($NF, 3)} $2 == "raw" && t > r && t < r + 5 {print t; exit}')
       [ -n "$back" ] || fail "rank $r did not try raw within 5 s of the recovery"
-      # From the end of those 5 s on: at least as fast as raw alone (within 10 %), and no
-      # flapping: on average a rung change every 0.5 s at most (a probe and its verdict are two;
-      # the fixed-margin policy changed rung every 50-200 ms here). Not "at raw most of the
+      # From the end of those 5 s on: at least as fast as raw (within 10 %), and no flapping: on
+      # average a rung change every 0.5 s at most (a probe and its verdict are two; the
+      # fixed-margin policy changed rung every 50-200 ms here). "As fast as raw" is raw in the
+      # same seconds where the run spent at least 0.5 s at raw: load on this shared host changes
+      # from one minute to the next (a CI run here measured 0.59 GB/s at 95 % raw after the
+      # recovery against 1.0 GB/s for raw alone a minute later); else raw alone right after. Not "at raw most of the
       # time": an unshaped veth here is bound by the CPU's TCP copies, and in runs here int4
       # moved 2.4 GB/s of gradients there against raw's 1.1 GB/s (bf16 1.6, fp8 2.0 in others),
       # so the rung that wins after the recovery is whichever is fastest then; the shares are
@@ -135,8 +138,14 @@ case "$CASE" in
         fail "rank $r: only $seconds s of collectives after the recovery to judge"
       awk -v c="$changes" -v s="$seconds" 'BEGIN { exit !(c <= 2 * s) }' ||
         fail "rank $r changed rung $changes times in $seconds s after the recovery"
-      awk -v a="$(field "$after" gbps)" -v b="$(field "$ref" gbps)" 'BEGIN { exit !(a >= 0.9 * b) }' ||
-        fail "rank $r after the recovery is more than 10 % slower than raw ($after; raw: $ref)"
+      rawSeconds=$(awk -v s="$(field "$after" raw)" -v t="$seconds" 'BEGIN { print s * t }')
+      if awk -v t="$rawSeconds" 'BEGIN { exit !(t >= 0.5) }'; then
+        rawGbps=$(field "$after" raw_gbps) against="its own raw iterations"
+      else
+        rawGbps=$(field "$ref" gbps) against="raw alone"
+      fi
+      awk -v a="$(field "$after" gbps)" -v b="$rawGbps" 'BEGIN { exit !(a >= 0.9 * b) }' ||
+        fail "rank $r after the recovery is more than 10 % slower than $against ($after; raw alone: $ref)"
     done
     ;;
   competing)
