@@ -441,6 +441,22 @@ class Ranks {
   std::vector<std::unique_ptr<Child>> children_;
 };
 
+// Waits until every rank has finished at least one allreduce of its loop (so all links are up
+// and traffic flows); fails the test when one exits first or 15 s pass.
+void waitUntilEveryRankLooped(Ranks& ranks) {
+  const auto startDeadline = after(15);
+  for (int r = 0; r < ranks.size(); ++r) {
+    const std::string marker = "rank=" + std::to_string(r) + " iter=";
+    while (ranks[r].out().find(marker) == std::string::npos) {
+      ASSERT_LT(Clock::now(), startDeadline) << "rank " << r << " never completed an allreduce\n"
+                                             << ranks.describe();
+      ASSERT_FALSE(ranks[r].waitUntil(Clock::now())) << "rank " << r << " exited early\n"
+                                                     << ranks.describe();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+}
+
 // transport: what every rank must report.
 void verifiedLoop(const Env& extra, const std::string& transport) {
   TempDir dir;
@@ -502,17 +518,7 @@ void deadPeer(const Env& extra, const std::string& transport) {
 
   // Wait until every rank has finished at least one allreduce (so all links are up and traffic
   // flows), then let them run for about a second.
-  const auto startDeadline = after(15);
-  for (int r = 0; r < kRanks; ++r) {
-    const std::string marker = "rank=" + std::to_string(r) + " iter=";
-    while (ranks[r].out().find(marker) == std::string::npos) {
-      ASSERT_LT(Clock::now(), startDeadline) << "rank " << r << " never completed an allreduce\n"
-                                             << ranks.describe();
-      ASSERT_FALSE(ranks[r].waitUntil(Clock::now())) << "rank " << r << " exited early\n"
-                                                     << ranks.describe();
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(waitUntilEveryRankLooped(ranks));
   for (int r = 0; r < kRanks; ++r) {
     ASSERT_EQ(rankTransport(ranks[r].out()), transport) << "rank " << r << "\n" << ranks.describe();
   }
@@ -581,17 +587,7 @@ TEST(StoppedPeer, EverySurvivorNamesTheStoppedRankAndItIsToldSo) {
   const int port = freePort();
   ASSERT_GT(port, 0);
   Ranks ranks(dir.path(), kRanks, port, std::to_string(1 << 18), "0", std::to_string(kTimeoutMs));
-  const auto startDeadline = after(15);
-  for (int r = 0; r < kRanks; ++r) {
-    const std::string marker = "rank=" + std::to_string(r) + " iter=";
-    while (ranks[r].out().find(marker) == std::string::npos) {
-      ASSERT_LT(Clock::now(), startDeadline) << "rank " << r << " never completed an allreduce\n"
-                                             << ranks.describe();
-      ASSERT_FALSE(ranks[r].waitUntil(Clock::now())) << "rank " << r << " exited early\n"
-                                                     << ranks.describe();
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(waitUntilEveryRankLooped(ranks));
   const auto stopped = Clock::now();
   ranks[kVictim].killGroup(SIGSTOP);
   // The timeout, the liveness check's grace (a quarter of it) and the notice's way round, plus
