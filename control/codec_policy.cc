@@ -48,9 +48,8 @@ double CodecPolicy::margin() const {
 bool CodecPolicy::changed(int r, double g, TimePoint now, bool* outlier) {
   *outlier = false;
   Estimate& e = estimates_[r];
-  if (!fresh(r, now)) {
-    // No figure, or one too old to compare with: this window is the figure.
-    e = Estimate{g, now, true, 1};
+  if (!e.valid) {
+    e = Estimate{g, now, true, 1};  // the first figure
     pendingChange_ = 0;
     return false;
   }
@@ -58,9 +57,15 @@ bool CodecPolicy::changed(int r, double g, TimePoint now, bool* outlier) {
   const double threshold =
       std::max(std::log(config_.changeFactor), std::log1p(2 * config_.noiseMargins * noise_));
   const int direction = deviation <= threshold ? 0 : g > e.goodput ? 1 : -1;
-  if (direction != 0 && direction == pendingChange_) {
-    // Two windows in a row: the link changed. Every other figure is history, and probing starts
-    // over without back-off.
+  // Two windows in a row off the estimate: the link changed. So does one off a figure too old to
+  // pool with, at the rung the policy stays on: long windows (64 MiB at 0.5 Gbit/s take 1 s)
+  // outlive the estimate while the first one is being confirmed, and a back-off grown on the
+  // fast link would otherwise hold the rung for up to 16 s after a rate cut. (A probe's old
+  // figure is just replaced: it may come from other conditions, and resetting every back-off on
+  // it would have the policy probe again at once.)
+  const bool probe = probing_ && r == decision_.rung;
+  if (direction != 0 && (direction == pendingChange_ || (!fresh(r, now) && !probe))) {
+    // Every other figure is history, and probing starts over without back-off.
     for (Estimate& k : estimates_)
       k.valid = false;
     downFailures_ = upFailures_ = 0;
@@ -69,6 +74,11 @@ bool CodecPolicy::changed(int r, double g, TimePoint now, bool* outlier) {
     pendingChange_ = 0;
     e = Estimate{g, now, true, 1};
     return true;
+  }
+  if (!fresh(r, now)) {
+    e = Estimate{g, now, true, 1};  // too old to pool with, but not far off: the new figure
+    pendingChange_ = 0;
+    return false;
   }
   pendingChange_ = direction;
   if (direction != 0) {
@@ -193,7 +203,7 @@ void CodecPolicy::decideRung(const LinkObservation& w) {
   // fell below half the margin it needed to be chosen (a band, so estimates near the margin do
   // not move the rung both ways).
   const double m = margin();
-  if (cur > 0 && !banned(cur - 1, now) && settled(cur - 1) && now >= nextUp_ &&
+  if (cur > 0 && !banned(cur - 1, now) && settled(cur - 1, now) && now >= nextUp_ &&
       estimate(cur) < estimate(cur - 1) * (1 + (m - 1) / 2)) {
     nextDown_ = std::max(nextDown_, now + backoff(++downFailures_, span));
     moveTo(cur - 1, "precision is cheap", now);
@@ -217,7 +227,7 @@ void CodecPolicy::decideRung(const LinkObservation& w) {
   // Down, only while the link (not the encoder) holds the transfer back.
   const int next = cur + 1;
   if (next < config_.rungs && !banned(next, now) && now >= nextDown_) {
-    if (settled(next) && estimate(next) > estimate(cur) * m) {
+    if (settled(next, now) && estimate(next) > estimate(cur) * m) {
       nextUp_ = std::max(nextUp_, now + backoff(++upFailures_, span));
       moveTo(next, "compression pays", now);
     } else if (linkBound(w)) {

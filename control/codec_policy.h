@@ -113,9 +113,12 @@ class CodecPolicy {
     int windows = 0;  // how many windows it pools
   };
   bool known(int rung) const { return estimates_[rung].valid; }
-  /// Known from more than one window: a probe's single window carries the full noise, too much
-  /// to move on without measuring again.
-  bool settled(int rung) const { return known(rung) && estimates_[rung].windows > 1; }
+  /// Known from more than one window, and recently: a probe's single window carries the full
+  /// noise, and an old figure may predate a change; neither is enough to move on without
+  /// measuring again.
+  bool settled(int rung, TimePoint now) const {
+    return fresh(rung, now) && estimates_[rung].windows > 1;
+  }
   bool fresh(int rung, TimePoint now) const {
     return known(rung) && now - estimates_[rung].at <= config_.estimateLifetime;
   }

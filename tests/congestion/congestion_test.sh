@@ -109,17 +109,23 @@ case "$CASE" in
     grep -h 'link to rank' "$OUT"/run.? | sed 's/^.*INFO [^ ]* //'
     echo "cut at t=$cut, restored at t=$restore, ended at t=$ended"
     for r in 0 1; do
-      # Down: a lossy rung reached within 4 s of the cut (a few 64 MiB collectives at 0.5 Gbit/s).
+      # Down: at a lossy rung within 4 s of the cut (a few 64 MiB collectives at 0.5 Gbit/s):
+      # one chosen then, or the rung in use at the cut (compressed already: on this host the
+      # unshaped link is often faster compressed too).
       grep -o '\-> [a-z0-9]* ([^)]*) t=[0-9.]*' "$OUT/run.$r" |
-        awk -v c="$cut" -v r="$restore" '{t = substr($NF, 3)} $2 != "raw" && t > c && t < c + 4 && t < r {ok = 1} END {exit !ok}' ||
-        fail "rank $r did not step down within 4 s of the rate cut"
+        awk -v c="$cut" -v r="$restore" '{t = substr($NF, 3)}
+          t <= c {atCut = $2}
+          $2 != "raw" && t > c && t < c + 4 && t < r {ok = 1}
+          END {exit !(ok || (atCut != "" && atCut != "raw"))}' ||
+        fail "rank $r was not at a lossy rung within 4 s of the rate cut"
       # Up: raw tried again (probed or chosen) within 5 s of the recovery.
       back=$(grep -o '\-> [a-z0-9]* ([^)]*) t=[0-9.]*' "$OUT/run.$r" |
         awk -v r="$restore" '{t = substr($NF, 3)} $2 == "raw" && t > r && t < r + 5 {print t; exit}')
       [ -n "$back" ] || fail "rank $r did not try raw within 5 s of the recovery"
       # From the end of those 5 s on: at least as fast as raw (within 10 %), and no flapping: on
-      # average a rung change every 0.5 s at most (a probe and its verdict are two; the
-      # fixed-margin policy changed rung every 50-200 ms here). "As fast as raw" is raw in the
+      # average at most 3 rung changes a second (a probe and its verdict are two; the 250 ms
+      # dwell allows 4; the fixed-margin policy made 6.4/s here, this one 0.1-1.7/s in 12 runs,
+      # the most where load dips made raw look slow and a chain of probes followed). "As fast as raw" is raw in the
       # same seconds where the run spent at least 0.5 s at raw: load on this shared host changes
       # from one minute to the next (a CI run here measured 0.59 GB/s at 95 % raw after the
       # recovery against 1.0 GB/s for raw alone a minute later); else raw alone right after. Not "at raw most of the
@@ -136,7 +142,7 @@ case "$CASE" in
       seconds=$(field "$after" seconds)
       awk -v s="$seconds" 'BEGIN { exit !(s >= 3) }' ||
         fail "rank $r: only $seconds s of collectives after the recovery to judge"
-      awk -v c="$changes" -v s="$seconds" 'BEGIN { exit !(c <= 2 * s) }' ||
+      awk -v c="$changes" -v s="$seconds" 'BEGIN { exit !(c <= 3 * s) }' ||
         fail "rank $r changed rung $changes times in $seconds s after the recovery"
       rawSeconds=$(awk -v s="$(field "$after" raw)" -v t="$seconds" 'BEGIN { print s * t }')
       if awk -v t="$rawSeconds" 'BEGIN { exit !(t >= 0.5) }'; then
@@ -164,13 +170,15 @@ case "$CASE" in
     kill %1 %2 2>/dev/null
     grep -H 'link to rank' "$OUT"/run.? | sed 's/INFO [^ ]* //'
     # By time, after the first two collectives (the controller's first windows and probes):
-    # the congested link must run compressed most of the time. Not its last rung, which may be
-    # a probe up that has not been judged yet.
+    # the congested link must run compressed at least 60 % of the time. Each probe back up to
+    # raw costs a raw window, 4x an fp8 one here (~1.2 s of 64 MiB), and the back-off keeps
+    # probes to at most a quarter of the time; with the descent from raw that is 10-32 % raw
+    # in runs here. Not its last rung, which may be a probe up that has not been judged yet.
     start=$(awk 'NR == 3 {print $2 - $3 / 1e6}' "$OUT/run.timeline.1")
     r1=$(rungs run 1 "$start")
     echo "link 1 -> 2 from t=$start: $r1"
-    awk -v s="$(field "$r1" raw)" 'BEGIN { exit !(s <= 0.3) }' ||
-      fail "rank 1 ran its congested link to rank 2 uncompressed over 30 % of the time ($r1)"
+    awk -v s="$(field "$r1" raw)" 'BEGIN { exit !(s <= 0.4) }' ||
+      fail "rank 1 ran its congested link to rank 2 uncompressed over 40 % of the time ($r1)"
     # Not asserted: whether the other links compress too. With 4 ranks and iperf3 on 2 cores
     # the CPU is short everywhere and fewer bytes help every link here (bench/README.md).
     for r in 0 2 3; do echo "link $r -> $(((r + 1) % 4)): $(rungs run "$r" "$start")"; done

@@ -156,6 +156,31 @@ TEST(CodecPolicy, RateCutAndRecovery) {
   EXPECT_EQ(sim.last(), 0);
 }
 
+// A clean-clone CI run of congestion.ratecut: on the fast link the probes down kept failing
+// (the link held raw back, but bf16 cost more CPU than it saved), so the back-off had grown to
+// seconds; then the rate was cut. A 64 MiB window at the cut rate takes over a second, so by the
+// time the second one could confirm the first, raw's estimate was too old to compare with and
+// was simply replaced: nothing looked changed, and the back-off held raw for 8 s of the cut.
+TEST(CodecPolicy, ACutAfterAGrownBackOffStillStepsDownPromptly) {
+  Sim sim;
+  const Model fast{0.42e9, kCpu};  // link-bound at raw, yet bf16 (0.35 GB/s of CPU) is slower
+  sim.run(fast, 100);              // 15 s: failed probes push the back-off to 8-16 s
+  // The cut comes right after the next failed probe: the one after it is a back-off away.
+  bool probed = false;
+  for (int i = 0; i < 200 && !(probed && sim.last() == 0); ++i) {
+    sim.run(fast, 1);
+    probed |= sim.last() != 0;
+  }
+  ASSERT_TRUE(probed);
+  ASSERT_EQ(sim.last(), 0);
+  const TimePoint cut = sim.now;
+  const Model slow{62.5e6, kCpu};
+  while (sim.last() == 0 && sim.now - cut < std::chrono::seconds(20))
+    sim.run(slow, 1);
+  EXPECT_GE(sim.last(), 1) << "still raw 20 s after the cut";
+  EXPECT_LT(sim.now - cut, std::chrono::seconds(4)) << "stepped down, but later than 4 s";
+}
+
 // The trace of a congestion.ratecut run that stayed compressed: the recovery came just as the
 // policy stepped from bf16 to fp8, a rung never measured before, so nothing looked changed.
 // raw and bf16 kept the figures of the cut; every probe up then tried fp8, which this CPU runs
