@@ -45,15 +45,9 @@ double CodecPolicy::margin() const {
                     std::max(config_.gainMargin, config_.maxMargin));
 }
 
-bool CodecPolicy::changed(int r, double g, TimePoint now, bool* outlier) {
-  *outlier = false;
+bool CodecPolicy::foldWindow(int r, double g, TimePoint now) {
   Estimate& e = estimates_[r];
-  if (!e.valid) {
-    e = Estimate{g, now, true, 1};  // the first figure
-    pendingChange_ = 0;
-    return false;
-  }
-  const double deviation = std::abs(std::log(g / e.goodput));
+  const double deviation = e.valid ? std::abs(std::log(g / e.goodput)) : 0;
   const double threshold =
       std::max(std::log(config_.changeFactor), std::log1p(2 * config_.noiseMargins * noise_));
   const int direction = deviation <= threshold ? 0 : g > e.goodput ? 1 : -1;
@@ -71,20 +65,16 @@ bool CodecPolicy::changed(int r, double g, TimePoint now, bool* outlier) {
     downFailures_ = upFailures_ = 0;
     nextDown_ = nextUp_ = now;
     probing_ = false;
-    pendingChange_ = 0;
-    e = Estimate{g, now, true, 1};
-    return true;
   }
   if (!fresh(r, now)) {
-    e = Estimate{g, now, true, 1};  // too old to pool with, but not far off: the new figure
+    // No figure (or just dropped), or one too old to pool with: this window starts it over.
+    e = Estimate{g, now, true, 1};
     pendingChange_ = 0;
     return false;
   }
   pendingChange_ = direction;
-  if (direction != 0) {
-    *outlier = true;  // wait for the next window before believing it
-    return false;
-  }
+  if (direction != 0)
+    return true;  // an outlier: wait for the next window before believing it
   noise_ = 0.8 * noise_ + 0.2 * deviation;
   e = Estimate{0.5 * e.goodput + 0.5 * g, now, true, e.windows + 1};
   return false;
@@ -142,8 +132,7 @@ void CodecPolicy::decideRung(const LinkObservation& w) {
   const double g = static_cast<double>(w.logicalBytes) / w.busySeconds;
   const double span = w.busySeconds;
 
-  bool outlier = false;
-  changed(r, g, now, &outlier);
+  const bool outlier = foldWindow(r, g, now);
 
   // Numerics guardrail: past the budget this rung and every less precise one are off limits.
   if (w.errorSamples > 0 && w.sampledError > config_.errorBudget) {

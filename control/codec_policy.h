@@ -125,9 +125,10 @@ class CodecPolicy {
   bool linkBound(const LinkObservation& window) const;
   /// The gain that makes one rung better than another (hysteresis plus the measured noise).
   double margin() const;
-  /// Folds a window's goodput g at rung r into its estimate; true when the window shows that
-  /// conditions changed (the estimates were reset), false also for a first outlier.
-  bool changed(int r, double g, TimePoint now, bool* outlier);
+  /// Folds a window's goodput g at rung r into its estimate (starting the figures over when
+  /// the window shows that conditions changed); true when it is an outlier, to be confirmed by
+  /// the next window before anything is decided on it.
+  bool foldWindow(int r, double g, TimePoint now);
   void moveTo(int rung, const char* why, TimePoint now);
   bool dwelt(TimePoint now) const { return now - movedAt_ >= config_.minDwell; }
   void decideRung(const LinkObservation& window);

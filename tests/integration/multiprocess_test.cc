@@ -14,7 +14,8 @@
 //                 (tcp, and shm).
 //  - DeadPeer:    SIGKILL one of 4 ranks mid-allreduce; the others fail with GS_ERR_REMOTE
 //                 naming it, within the timeout (tcp, and shm).
-//  - StoppedPeer: SIGSTOP one of 4 ranks past the timeout; every survivor names it (GS_ERR_TIMEOUT),
+//  - StoppedPeer: SIGSTOP one of 4 ranks past the timeout; every survivor names it
+//  (GS_ERR_TIMEOUT),
 //                 and the resumed rank is told it was reported at fault.
 //  - MismatchedCall: one rank calls with another count; every rank reports both counts and ranks.
 //  - WrongSecret: a rank with another GS_SECRET is refused; rank 0 times out clearly.
@@ -637,8 +638,7 @@ TEST(MismatchedCall, EveryRankReportsTheCountsAndWhoDetectedThem) {
   for (int r = 0; r < kRanks; ++r) {
     auto res = ranks[r].result();
     printf("rank %d: %s: %s\n", r, res["status"].c_str(), res["message"].c_str());
-    EXPECT_EQ(res["status"], "GS_ERR_INVALID_ARGUMENT") << "rank " << r << "\n"
-                                                        << ranks.describe();
+    EXPECT_EQ(res["status"], "GS_ERR_INVALID_ARGUMENT") << "rank " << r << "\n" << ranks.describe();
     std::smatch m;
     ASSERT_TRUE(std::regex_search(res["message"], m, cause))
         << "rank " << r << " does not carry the cause: " << res["message"];

@@ -59,7 +59,8 @@ TEST(FailureNotice, MalformedBytesAreRefused) {
 }
 
 TEST(FailureNotice, UnprintableBytesInTheCauseAreReplaced) {
-  const auto buf = encoded(FailureNotice{Errc::kRemote, 1, 0, std::string("a\nb\x1b[31mc\xff", 10)});
+  const auto buf =
+      encoded(FailureNotice{Errc::kRemote, 1, 0, std::string("a\nb\x1b[31mc\xff", 10)});
   const auto d = decodeNotice(buf.data(), buf.size(), 2);
   ASSERT_TRUE(d.has_value());
   EXPECT_EQ(d->cause, "a?b?[31mc?");
