@@ -118,4 +118,32 @@ Algorithm cheapestAllReduce(const Topology& topology, double bytes, const CostMo
   return best;
 }
 
+double predictReduceSeconds(ReduceAlgorithm algo,
+                            const Topology& topology,
+                            double bytes,
+                            const CostModel& m) {
+  const int n = topology.nranks();
+  if (n <= 1 || bytes <= 0)
+    return 0;
+  const LinkCost& link = topology.hosts() > 1 ? m.interHost : m.intraHost;
+  const double chunk = std::min(bytes, m.chunkBytes) * m.codecRatio;
+  const double wire = bytes * m.codecRatio * link.betaSecondsPerByte;
+  if (algo == ReduceAlgorithm::kChain) {
+    // A message per hop; a chunk fills each hop before the root's (N = 2: one message, as the
+    // tree), then the buffer streams into the root once.
+    return (n - 1) * link.alphaSeconds + (n - 2) * chunk * link.betaSecondsPerByte + wire +
+           bytes * m.gammaSecondsPerByte;
+  }
+  // Each round's whole buffer reaches the root one after the other (its link is the busiest).
+  const double rounds = log2Ceil(n);
+  return rounds * (link.alphaSeconds + wire + bytes * m.gammaSecondsPerByte);
+}
+
+ReduceAlgorithm cheapestReduce(const Topology& topology, double bytes, const CostModel& model) {
+  return predictReduceSeconds(ReduceAlgorithm::kTree, topology, bytes, model) <
+                 predictReduceSeconds(ReduceAlgorithm::kChain, topology, bytes, model)
+             ? ReduceAlgorithm::kTree
+             : ReduceAlgorithm::kChain;
+}
+
 }  // namespace gs::stream

@@ -40,4 +40,14 @@ double predictAllReduceSeconds(Algorithm algo,
 /// The algorithm with the lowest prediction (ties: the earlier in kAlgorithms).
 Algorithm cheapestAllReduce(const Topology& topology, double bytes, const CostModel& model);
 
+/// Predicted seconds of a reduce to one root (schedule.h): the chain pipelines chunks through
+/// N-1 hops and its root receives the buffer once; the binomial tree takes ceil(log2 N)
+/// rounds, each a whole (pipelined) buffer into the root.
+double predictReduceSeconds(ReduceAlgorithm algo,
+                            const Topology& topology,
+                            double bytes,
+                            const CostModel& model);
+/// The reduce algorithm with the lowest prediction (ties: the chain).
+ReduceAlgorithm cheapestReduce(const Topology& topology, double bytes, const CostModel& model);
+
 }  // namespace gs::stream

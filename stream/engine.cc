@@ -94,6 +94,15 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
     p->algorithm = args.algorithm == Algorithm::kRing && latencyBound && nranks_ == 2
                        ? "exchange"
                        : algorithmName(args.algorithm);
+  } else if (args.kind == CollectiveKind::kReduce) {
+    p->schedule = buildReduce(args.reduceAlgorithm, rank_, nranks_, args.root, args.count);
+    p->algorithm = reduceAlgorithmName(args.reduceAlgorithm);
+  } else if (args.kind == CollectiveKind::kAllToAll) {
+    p->layout =
+        args.layout != nullptr ? *args.layout : AllToAllLayout::uniform(nranks_, args.count);
+    p->key.layout = args.layout != nullptr ? &p->layout : nullptr;
+    p->schedule = pairwiseAllToAll(rank_, nranks_, p->layout);
+    p->algorithm = "pairwise";
   } else {
     p->schedule = buildSchedule(args.kind, rank_, nranks_, args.root, args.count, latencyBound);
     p->algorithm = args.kind == CollectiveKind::kBroadcast ? "chain" : "ring";

@@ -42,6 +42,11 @@ struct CollectiveArgs {
   /// Allreduce schedule (other kinds always run ring / chain). Error feedback (residual) needs
   /// kRing: its accounting assumes each element is encoded once by this rank, as the ring does.
   Algorithm algorithm = Algorithm::kRing;
+  /// Reduce (kReduce) schedule: the control plane picks it by size (cheapestReduce).
+  ReduceAlgorithm reduceAlgorithm = ReduceAlgorithm::kChain;
+  /// All-to-all with per-peer counts and displacements (alltoallv); null: `count` elements per
+  /// peer, blocks back to back. Must stay valid for the call; the plan keeps a copy.
+  const AllToAllLayout* layout = nullptr;
 };
 
 /// Figures of the last collective (for tools and, later, metrics).

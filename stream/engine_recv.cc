@@ -14,7 +14,9 @@ namespace gs::stream {
 // collectives, counts, ops or dtypes on different ranks): the cause, naming both ranks and
 // both values, as every rank will report it; "" when the chunk is not of that kind. The
 // header is untrusted: the name functions answer "unknown" for values out of range.
-std::string Engine::Run::callMismatch(const codecs::ChunkHeader& h, int peer) const {
+std::string Engine::Run::callMismatch(const codecs::ChunkHeader& h,
+                                      int peer,
+                                      uint64_t expectedTotal) const {
   if (h.magic != codecs::kChunkMagic || h.version != codecs::kChunkVersion)
     return "";
   const int me = engine.rank_;
@@ -23,7 +25,14 @@ std::string Engine::Run::callMismatch(const codecs::ChunkHeader& h, int peer) co
                         collectiveName(static_cast<CollectiveKind>(h.collective)), me,
                         collectiveName(args.kind));
   }
-  if (h.totalCount != args.count) {
+  if (h.totalCount != expectedTotal && args.kind == CollectiveKind::kAllToAll) {
+    return formatString(
+        "all-to-all counts differ between ranks: rank %d sends %llu elements to rank %d, which "
+        "expects %llu from it",
+        peer, static_cast<unsigned long long>(h.totalCount), me,
+        static_cast<unsigned long long>(expectedTotal));
+  }
+  if (h.totalCount != expectedTotal) {
     return formatString("count differs between ranks: rank %d called with %llu, rank %d with %zu",
                         peer, static_cast<unsigned long long>(h.totalCount), me, args.count);
   }
@@ -151,6 +160,7 @@ bool Engine::Run::processRecvs(size_t li) {
     uint8_t* base = link.slot(slot);
     codecs::ChunkHeader h;
     memcpy(&h, base, sizeof(h));
+    const uint64_t total = totalCountOf(op.stepCount);
     codecs::ChunkExpectation e{collectiveId,
                                op.step,
                                static_cast<uint8_t>(args.dtype),
@@ -158,26 +168,27 @@ bool Engine::Run::processRecvs(size_t li) {
                                op.chunkIndex,
                                op.count,
                                op.elementOffset,
-                               args.count,
+                               total,
                                static_cast<uint8_t>(args.kind),
                                static_cast<uint8_t>(args.op),
                                elementSize};
     if (const char* why = codecs::validateChunk(h, e, arrived)) {
-      const std::string mismatch = callMismatch(h, link.peer());
+      const std::string mismatch = callMismatch(h, link.peer(), total);
       if (!mismatch.empty())
         fail(Errc::kInvalidArgument, link.peer(), mismatch);
       fail(Errc::kRemote, link.peer(),
            formatString("invalid chunk from rank %d (step %u, chunk %u): %s (received count %llu "
                         "elements %u, expected count %zu elements %u)",
                         link.peer(), op.step, op.chunkIndex, why,
-                        static_cast<unsigned long long>(h.totalCount), h.elementCount, args.count,
-                        op.count));
+                        static_cast<unsigned long long>(h.totalCount), h.elementCount,
+                        static_cast<size_t>(total), op.count));
     }
     uint8_t* payload = base + sizeof(codecs::ChunkHeader);
     op.slotCodec = h.codec;
     op.slotMetaBytes = h.metaBytes;
     op.slotPayloadBytes = h.payloadBytes;
-    applyChunk(link, op, h, payload);
+    if (op.count > 0)  // a header-only chunk (Step::announceEmpty) writes nothing
+      applyChunk(link, op, h, payload);
     if (op.finalize)
       codecs::finalizeAverage(args.dtype, args.op, op.dst, op.count, engine.nranks_);
     link.arrivedBytes[slot] = Link::kNotArrived;

@@ -127,7 +127,12 @@ struct Engine::Run {
   void* residualAt(const void* element) const;
 
   // Receive path (engine_recv.cc): validating, decoding, reducing, re-encoding hops, credits.
-  std::string callMismatch(const codecs::ChunkHeader& h, int peer) const;
+  std::string callMismatch(const codecs::ChunkHeader& h, int peer, uint64_t expectedTotal) const;
+  // The chunk header's totalCount: the call's count, except an all-to-all's, whose pairs move
+  // different counts (alltoallv): there it is the pair's, so each end checks the other's.
+  uint64_t totalCountOf(uint64_t stepCount) const {
+    return args.kind == CollectiveKind::kAllToAll ? stepCount : args.count;
+  }
   void applyChunk(Link& link, RecvOp& op, const codecs::ChunkHeader& h, uint8_t* payload);
   void reencode(RecvOp& op,
                 const codecs::Codec& codec,
@@ -159,11 +164,15 @@ struct Engine::Prepared {
   const char* algorithm = "ring";
   int64_t chunkBytes = 0;  // chunk size the plan was cut with
   bool adaptive = false;
+  AllToAllLayout layout;  // the call's (alltoallv), kept: key.layout points at the caller's
 
   bool matches(const CollectiveArgs& a) const {
     return a.kind == key.kind && a.send == key.send && a.recv == key.recv && a.count == key.count &&
            a.dtype == key.dtype && a.op == key.op && a.root == key.root && a.codec == key.codec &&
-           a.adaptive == key.adaptive && a.algorithm == key.algorithm;
+           a.adaptive == key.adaptive && a.algorithm == key.algorithm &&
+           a.reduceAlgorithm == key.reduceAlgorithm &&
+           (a.layout == nullptr) == (key.layout == nullptr) &&
+           (a.layout == nullptr || *a.layout == layout);
   }
 };
 

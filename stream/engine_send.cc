@@ -29,7 +29,7 @@ void Engine::Run::fillHeader(codecs::ChunkHeader* h,
   h->metaBytes = metaBytes;
   h->payloadBytes = payloadBytes;
   h->elementOffset = op.elementOffset;
-  h->totalCount = args.count;
+  h->totalCount = totalCountOf(op.stepCount);
   h->collective = static_cast<uint8_t>(args.kind);
   h->reduceOp = static_cast<uint8_t>(args.op);
 }

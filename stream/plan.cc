@@ -93,12 +93,22 @@ class PlanBuilder {
       }
       return;
     }
+    if (st.send.count == 0 && st.announceEmpty) {
+      // One header-only chunk: no source, nothing read.
+      SendOp op{static_cast<uint16_t>(step), 0, 0, 0};
+      op.raw = true;
+      sc.sends.push_back(op);
+      sc.sendAccess.push_back(accesses_.size());
+      accesses_.push_back({step, sc.sendLink, true, 0, {}, {}});
+      return;
+    }
     const uint8_t* base = address(st.send);
     for (uint64_t off = 0, c = 0; off < st.send.count; off += in_.chunkElements, ++c) {
       const auto n =
           static_cast<uint32_t>(std::min<uint64_t>(in_.chunkElements, st.send.count - off));
       SendOp op{static_cast<uint16_t>(step), static_cast<uint32_t>(c), off, n};
       op.raw = st.raw;
+      op.stepCount = st.send.count;
       op.source = base + off * in_.elementSize;
       op.region = region(st.send);
       op.regionOffset =
@@ -114,11 +124,19 @@ class PlanBuilder {
   void addRecvs(int step, const Step& st) {
     StepChunks& sc = steps_[step];
     sc.recvLink = linkIndex(st.recvPeer);
+    if (st.recvCount == 0 && st.announceEmpty) {
+      // The peer's header-only chunk: validated, nothing written.
+      sc.recvs.push_back(RecvOp{static_cast<uint16_t>(step), 0, 0, 0, RecvAction::kCopy, false});
+      sc.recvAccess.push_back(accesses_.size());
+      accesses_.push_back({step, sc.recvLink, false, 0, {}, {}});
+      return;
+    }
     for (uint64_t off = 0, c = 0; off < st.recvCount; off += in_.chunkElements, ++c) {
       const auto n =
           static_cast<uint32_t>(std::min<uint64_t>(in_.chunkElements, st.recvCount - off));
       RecvOp op{
           static_cast<uint16_t>(step), static_cast<uint32_t>(c), off, n, st.action, st.finalize};
+      op.stepCount = st.recvCount;
       op.incomingFirst = st.incomingFirst;
       op.raw = st.raw;
       Access a{step, sc.recvLink, false, 0, {}, {}};

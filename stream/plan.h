@@ -30,6 +30,7 @@ struct SendOp {
   uint32_t forwardIndex = 0;
   bool raw = false;  // sent in the buffer's dtype whatever the collective's codec (Step::raw)
   uint32_t depBegin = 0, depEnd = 0;
+  uint64_t stepCount = 0;  // elements of the whole step (an all-to-all pair's message)
   uint64_t postedNs = 0;  // progress: when it was posted (chunk latency)
 };
 
@@ -48,6 +49,7 @@ struct RecvOp {
   uint8_t* dst = nullptr;
   const uint8_t* operand = nullptr;
   uint32_t depBegin = 0, depEnd = 0;
+  uint64_t stepCount = 0;  // elements of the whole step (an all-to-all pair's message)
   // Progress.
   bool processed = false;
   uint16_t forwardsDone = 0;  // forwards whose send completed; the slot is held until all did

@@ -37,6 +37,10 @@ const char* collectiveName(CollectiveKind kind) {
       return "allgather";
     case CollectiveKind::kBroadcast:
       return "broadcast";
+    case CollectiveKind::kReduce:
+      return "reduce";
+    case CollectiveKind::kAllToAll:
+      return "alltoall";
   }
   return "unknown";
 }
@@ -167,6 +171,10 @@ Schedule buildSchedule(
       return ringAllGather(rank, nranks, count);
     case CollectiveKind::kBroadcast:
       return chainBroadcast(rank, nranks, root, count);
+    case CollectiveKind::kReduce:
+      return buildReduce(ReduceAlgorithm::kChain, rank, nranks, root, count);
+    case CollectiveKind::kAllToAll:
+      return pairwiseAllToAll(rank, nranks, AllToAllLayout::uniform(nranks, count));
   }
   GS_CHECK(false, Errc::kInvalidArgument, "unknown collective kind");
   return {};

@@ -63,13 +63,25 @@ struct Step {
   // with other steps' (stream/plan.h). For steps outside forwarding chains that reuse a link
   // later over other elements (halving-doubling's); set alike on both ends of every link.
   bool whole = false;
+  // A send or receive of zero elements still moves one header-only chunk, so a pair whose two
+  // ends disagree about the count (one says 0) is found on both ends instead of leaving a
+  // chunk nobody expects or a receive that waits for nothing (all-to-all's pairs).
+  bool announceEmpty = false;
 
   /// The step whose receive this step's send forwards, or -1 (k: this step's index).
   int forwardedStep(int k) const { return sendForwardsPrevious ? k - 1 : forwardStep; }
   bool forwards() const { return sendForwardsPrevious || forwardStep >= 0; }
 };
 
-enum class CollectiveKind : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
+/// The chunk header carries the value: new kinds go at the end.
+enum class CollectiveKind : uint8_t {
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kBroadcast,
+  kReduce,
+  kAllToAll,
+};
 const char* collectiveName(CollectiveKind kind);
 
 /// Per-rank plan of a collective. count is in elements: for allreduce and broadcast the buffer
@@ -108,6 +120,36 @@ Schedule ringReduceScatter(int rank, int nranks, size_t count);
 Schedule ringAllGather(int rank, int nranks, size_t count);
 /// Pipelined chain broadcast from root along the ring order.
 Schedule chainBroadcast(int rank, int nranks, int root, size_t count);
+
+/// Reduce to `root` (NCCL's ncclReduce): only the root's recv buffer holds the result.
+/// Pipelined chain toward the root along the ring order: every link carries the buffer once,
+/// the root receives it once (bandwidth-bound sizes). Inner ranks reduce into the receive slot
+/// and forward it; recvCount is 0 off the root.
+Schedule chainReduce(int rank, int nranks, int root, size_t count);
+/// Binomial tree toward `root`: ceil(log2 N) rounds (latency-bound sizes). Ranks with
+/// children accumulate in their recv buffer, so every rank has recvCount = count (off the
+/// root the caller supplies scratch, never the user's buffer).
+Schedule treeReduce(int rank, int nranks, int root, size_t count);
+enum class ReduceAlgorithm : uint8_t { kChain, kTree };
+const char* reduceAlgorithmName(ReduceAlgorithm algo);  // "chain", "tree"
+Schedule buildReduce(ReduceAlgorithm algo, int rank, int nranks, int root, size_t count);
+
+/// Element counts and displacements of an all-to-all on one rank, one entry per peer
+/// (gs_alltoallv's arguments): block j of the send buffer (sendDispls[j], sendCounts[j]) goes
+/// to rank j, block i of the recv buffer comes from rank i.
+struct AllToAllLayout {
+  std::vector<size_t> sendCounts, sendDispls, recvCounts, recvDispls;
+  /// gs_alltoall: `count` elements per peer, blocks back to back.
+  static AllToAllLayout uniform(int nranks, size_t count);
+  /// Elements the buffers must hold: the largest displacement + count.
+  size_t sendExtent() const;
+  size_t recvExtent() const;
+  bool operator==(const AllToAllLayout&) const = default;
+};
+/// Pairwise exchange: step k (1..N-1) sends to rank r+k and receives from rank r-k, every
+/// pair's message one header-only chunk at least (announceEmpty). Steps do not depend on
+/// each other, so every peer's chunks are in flight at once; the own block is a local copy.
+Schedule pairwiseAllToAll(int rank, int nranks, const AllToAllLayout& layout);
 
 /// Builds the schedule of any collective kind. latencyBound selects the one-round exchange for
 /// a 2-rank allreduce (ignored elsewhere).
@@ -159,6 +201,12 @@ std::string checkScheduleSet(CollectiveKind kind,
                              int root,
                              size_t count,
                              const std::function<Schedule(int rank)>& factory);
+/// The same check for a reduce algorithm (only the root's result is checked).
+std::string checkReduceSchedules(ReduceAlgorithm algo, int nranks, int root, size_t count);
+/// The same check for an all-to-all: layouts[r] is rank r's (sizes must pair up); factory
+/// (default pairwiseAllToAll) builds the schedules (tests mutate them).
+std::string checkAllToAllSchedules(const std::vector<AllToAllLayout>& layouts,
+                                   const std::function<Schedule(int rank)>& factory = {});
 /// The same check for an allreduce algorithm on a topology.
 std::string checkAllReduceSchedules(Algorithm algo, const Topology& topology, size_t count);
 

@@ -24,8 +24,18 @@ struct Failure {
 class Checker {
  public:
   using Factory = std::function<Schedule(int rank)>;
-  Checker(CollectiveKind kind, int nranks, int root, size_t count, Factory factory)
-      : kind_(kind), n_(nranks), root_(root), count_(count), factory_(std::move(factory)) {}
+  Checker(CollectiveKind kind,
+          int nranks,
+          int root,
+          size_t count,
+          Factory factory,
+          const std::vector<AllToAllLayout>* layouts = nullptr)
+      : kind_(kind),
+        n_(nranks),
+        root_(root),
+        count_(count),
+        factory_(std::move(factory)),
+        layouts_(layouts) {}
 
   std::string run() {
     try {
@@ -261,7 +271,40 @@ class Checker {
           case CollectiveKind::kBroadcast:
             expect(r, i, recv[i], static_cast<int64_t>(i), single(root_), 0);
             break;
+          case CollectiveKind::kReduce:  // off the root, recv is scratch
+            if (r == root_)
+              expect(r, i, recv[i], static_cast<int64_t>(i), full(), fin);
+            break;
+          case CollectiveKind::kAllToAll:
+            break;  // verifyAllToAll
         }
+      }
+    }
+    if (kind_ == CollectiveKind::kAllToAll) {
+      if (layouts_ == nullptr)
+        throw Failure{"an all-to-all is checked against its layouts (checkAllToAllSchedules)"};
+      verifyAllToAll();
+    }
+  }
+
+  // Block i of rank r's recv buffer is block r of rank i's send buffer, element for element;
+  // what lies between the blocks stays unwritten.
+  void verifyAllToAll() const {
+    for (int r = 0; r < n_; ++r) {
+      const AllToAllLayout& mine = (*layouts_)[r];
+      std::vector<bool> covered(ranks_[r].recv.size(), false);
+      for (int i = 0; i < n_; ++i) {
+        const AllToAllLayout& theirs = (*layouts_)[i];
+        for (size_t t = 0; t < mine.recvCounts[i]; ++t) {
+          const size_t at = mine.recvDispls[i] + t;
+          covered[at] = true;
+          expect(r, at, ranks_[r].recv[at], static_cast<int64_t>(theirs.sendDispls[r] + t),
+                 single(i), 0);
+        }
+      }
+      for (size_t at = 0; at < covered.size(); ++at) {
+        if (!covered[at] && ranks_[r].recv[at].element >= 0)
+          fail(r, "writes recv[" + std::to_string(at) + "] outside every block");
       }
     }
   }
@@ -270,6 +313,7 @@ class Checker {
   int n_, root_;
   size_t count_;
   Factory factory_;
+  const std::vector<AllToAllLayout>* layouts_;
   std::vector<RankState> ranks_;
   std::map<std::pair<int, int>, std::deque<std::vector<Sym>>> links_;
 };
@@ -292,6 +336,34 @@ std::string checkScheduleSet(CollectiveKind kind,
                              const std::function<Schedule(int rank)>& factory) {
   try {
     return Checker(kind, nranks, root, count, factory).run();
+  } catch (const std::exception& e) {
+    return std::string("building the schedules failed: ") + e.what();
+  }
+}
+
+std::string checkReduceSchedules(ReduceAlgorithm algo, int nranks, int root, size_t count) {
+  std::string verdict =
+      checkScheduleSet(CollectiveKind::kReduce, nranks, root, count,
+                       [&](int rank) { return buildReduce(algo, rank, nranks, root, count); });
+  return verdict.empty() ? verdict : std::string(reduceAlgorithmName(algo)) + " " + verdict;
+}
+
+std::string checkAllToAllSchedules(const std::vector<AllToAllLayout>& layouts,
+                                   const std::function<Schedule(int rank)>& factory) {
+  const int n = static_cast<int>(layouts.size());
+  for (int r = 0; r < n; ++r) {
+    for (int i = 0; i < n; ++i) {
+      if (layouts[r].sendCounts.at(i) != layouts[i].recvCounts.at(r))
+        return "alltoall: rank " + std::to_string(r) + " sends " +
+               std::to_string(layouts[r].sendCounts[i]) + " elements to rank " + std::to_string(i) +
+               ", which expects " + std::to_string(layouts[i].recvCounts[r]);
+    }
+  }
+  try {
+    Checker::Factory build = factory;
+    if (!build)
+      build = [&](int rank) { return pairwiseAllToAll(rank, n, layouts[rank]); };
+    return Checker(CollectiveKind::kAllToAll, n, 0, 0, build, &layouts).run();
   } catch (const std::exception& e) {
     return std::string("building the schedules failed: ") + e.what();
   }

@@ -72,3 +72,23 @@ TEST(CostModel, MeasuredDefaultsOrderTheTransports) {
 
 }  // namespace
 }  // namespace gs::stream
+
+namespace gs::stream {
+namespace {
+
+TEST(CostModel, ReduceTakesTheTreeForSmallMessagesAndTheChainForLargeOnes) {
+  CostModel m;
+  m.intraHost = CostModel::measured("tcp");
+  const Topology eight = Topology::blocks(8, 8);
+  EXPECT_EQ(cheapestReduce(eight, 8, m), ReduceAlgorithm::kTree);
+  EXPECT_EQ(cheapestReduce(eight, 64 << 20, m), ReduceAlgorithm::kChain);
+  // Two ranks: both are one message into the root; the tie goes to the chain.
+  const Topology two = Topology::blocks(2, 2);
+  EXPECT_DOUBLE_EQ(predictReduceSeconds(ReduceAlgorithm::kTree, two, 1 << 20, m),
+                   predictReduceSeconds(ReduceAlgorithm::kChain, two, 1 << 20, m));
+  EXPECT_EQ(cheapestReduce(two, 1 << 20, m), ReduceAlgorithm::kChain);
+  EXPECT_EQ(predictReduceSeconds(ReduceAlgorithm::kChain, Topology::blocks(1, 1), 1e6, m), 0);
+}
+
+}  // namespace
+}  // namespace gs::stream

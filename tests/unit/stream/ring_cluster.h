@@ -39,7 +39,8 @@ inline Config testConfig(int64_t timeoutMs = 5000) {
 /// Each rank has `fabrics` loopback devices on separate fabrics (as a communicator has shm next
 /// to tcp); the link between neighbours a and b is on fabric linkFabric(a, b, n) of both, and
 /// the engine's primary device (user buffers are registered with it first) is on fabric
-/// `primary`. With the defaults every link is on one device. Members in acquisition order:
+/// `primary`. With the defaults every link is on one device. everyPair: a link between every
+/// two ranks (all-to-all, trees), not only between neighbours. Members in acquisition order:
 /// engines and links (holding connections and regions) go before the devices.
 struct RingCluster {
   struct Rank {
@@ -56,7 +57,8 @@ struct RingCluster {
               const Config& c,
               int fabrics = 1,
               const std::function<int(int, int, int)>& linkFabric = nullptr,
-              int primary = 0)
+              int primary = 0,
+              bool everyPair = false)
       : config(c), ranks(static_cast<size_t>(n)) {
     auto fabricOf = [&](int a, int b) { return linkFabric ? linkFabric(a, b, n) : 0; };
     std::vector<uint64_t> ids(static_cast<size_t>(fabrics));
@@ -79,8 +81,9 @@ struct RingCluster {
         ranks[r].devices.push_back(transport::createDevice("loopback", o));
       }
       ranks[r].links.resize(static_cast<size_t>(n));
-      for (int p : {(r + 1) % n, (r + n - 1) % n}) {
-        if (p != r && !ranks[r].links[p])
+      for (int p = 0; p < n; ++p) {
+        const bool neighbour = p == (r + 1) % n || p == (r + n - 1) % n;
+        if (p != r && (neighbour || everyPair) && !ranks[r].links[p])
           ranks[r].links[p] = std::make_unique<Link>(p, *ranks[r].devices[fabricOf(r, p)], layout);
       }
     }

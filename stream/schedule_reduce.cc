@@ -1,0 +1,107 @@
+// Reduce to a root: the pipelined chain (bandwidth) and the binomial tree (latency).
+#include "common/error.h"
+#include "stream/schedule.h"
+#include "stream/schedule_build.h"
+
+namespace gs::stream {
+
+using build::base;
+using build::mod;
+
+namespace {
+
+Schedule rootedBase(int rank, int nranks, int root, size_t count) {
+  GS_CHECK(root >= 0 && root < nranks, Errc::kInvalidArgument, "root %d out of range for %d ranks",
+           root, nranks);
+  Schedule s = base(CollectiveKind::kReduce, rank, nranks, root, count);
+  s.sendCount = count;
+  if (nranks == 1) {
+    s.recvCount = count;
+    s.localCopies.push_back(
+        {BufferRange{BufferId::kSend, 0, count}, BufferRange{BufferId::kRecv, 0, count}});
+  }
+  return s;
+}
+
+}  // namespace
+
+Schedule chainReduce(int rank, int nranks, int root, size_t count) {
+  Schedule s = rootedBase(rank, nranks, root, count);
+  if (nranks == 1)
+    return s;
+  // Position along the chain: the root is 0, data flows from position N-1 down to it.
+  const int pos = mod(rank - root, nranks);
+  const int toward = mod(rank - 1, nranks), from = mod(rank + 1, nranks);
+  const BufferRange own{BufferId::kSend, 0, count};
+  if (pos == nranks - 1) {
+    Step st;
+    st.sendPeer = toward;
+    st.send = own;
+    s.steps.push_back(st);
+    return s;
+  }
+  Step in;
+  in.recvPeer = from;
+  in.recvCount = count;
+  in.operand = own;
+  if (pos == 0) {
+    s.recvCount = count;
+    in.action = RecvAction::kReduceWith;
+    in.dst = BufferRange{BufferId::kRecv, 0, count};
+    in.finalize = true;
+    s.steps.push_back(in);
+    return s;
+  }
+  in.action = RecvAction::kReduceToSlot;  // the partial sum stays in the slot, forwarded on
+  s.steps.push_back(in);
+  Step fwd;
+  fwd.sendPeer = toward;
+  fwd.sendForwardsPrevious = true;
+  s.steps.push_back(fwd);
+  return s;
+}
+
+Schedule treeReduce(int rank, int nranks, int root, size_t count) {
+  Schedule s = rootedBase(rank, nranks, root, count);
+  if (nranks == 1)
+    return s;
+  s.recvCount = count;
+  const int v = mod(rank - root, nranks);  // rank relative to the root
+  const BufferRange own{BufferId::kSend, 0, count}, acc{BufferId::kRecv, 0, count};
+  bool accumulated = false;
+  // Round j: a rank whose bit j is set sends what it holds to v - 2^j and is done; the others
+  // receive from v + 2^j when that rank exists.
+  for (int mask = 1; mask < nranks; mask <<= 1) {
+    if (v & mask) {
+      Step up;
+      up.sendPeer = mod(v - mask + root, nranks);
+      up.send = accumulated ? acc : own;
+      s.steps.push_back(up);
+      return s;
+    }
+    if (v + mask >= nranks)
+      continue;
+    Step in;
+    in.recvPeer = mod(v + mask + root, nranks);
+    in.recvCount = count;
+    in.dst = acc;
+    in.action = accumulated ? RecvAction::kReduce : RecvAction::kReduceWith;
+    in.operand = own;
+    accumulated = true;
+    s.steps.push_back(in);
+  }
+  // Only the root gets here: its last receive completes every element.
+  s.steps.back().finalize = true;
+  return s;
+}
+
+const char* reduceAlgorithmName(ReduceAlgorithm algo) {
+  return algo == ReduceAlgorithm::kTree ? "tree" : "chain";
+}
+
+Schedule buildReduce(ReduceAlgorithm algo, int rank, int nranks, int root, size_t count) {
+  return algo == ReduceAlgorithm::kTree ? treeReduce(rank, nranks, root, count)
+                                        : chainReduce(rank, nranks, root, count);
+}
+
+}  // namespace gs::stream
