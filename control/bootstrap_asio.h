@@ -1,8 +1,8 @@
 #pragma once
 
-// What the two halves of the rendezvous (bootstrap_server.cc, bootstrap_client.cc) share on the
-// Asio side. Private to those two files: control/'s public headers stay free of Boost.Asio
-// (see net.h).
+// What the rendezvous server (bootstrap_server*.{h,cc}, bootstrap_registration.cc) and client
+// (bootstrap_client.cc) share on the Asio side: short names and the endpoint conversion.
+// Private to those files: control/'s public headers stay free of Boost.Asio (see net.h).
 
 #include <algorithm>
 #include <cstdint>
@@ -13,9 +13,13 @@
 
 namespace gs::control {
 
+namespace asio = boost::asio;
+using tcp = boost::asio::ip::tcp;
+using boost::system::error_code;
+
 /// The TCP endpoint of an IpAddress and port: where the server listens, what a client dials.
-inline boost::asio::ip::tcp::endpoint toAsioEndpoint(const IpAddress& a, uint16_t port) {
-  namespace ip = boost::asio::ip;
+inline tcp::endpoint toAsioEndpoint(const IpAddress& a, uint16_t port) {
+  namespace ip = asio::ip;
   if (a.family == IpAddress::Family::kV4) {
     ip::address_v4::bytes_type b;
     std::copy_n(a.bytes.begin(), 4, b.begin());

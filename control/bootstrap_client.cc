@@ -20,9 +20,6 @@
 namespace gs::control {
 namespace {
 
-namespace asio = boost::asio;
-using tcp = asio::ip::tcp;
-using boost::system::error_code;
 using wire::MsgType;
 
 }  // namespace

@@ -16,7 +16,6 @@
 namespace gs::control {
 namespace {
 
-using boost::system::error_code;
 using wire::MsgType;
 
 // "3, 5-7, 9": the ranks that are missing, compact enough for a 1024-rank job's error message.

@@ -30,19 +30,20 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "control/bootstrap.h"
+#include "control/bootstrap_asio.h"
 #include "control/bootstrap_wire.h"
 
 namespace gs::control {
 
 /// One accepted connection. Lives while a handler or the server's tables refer to it.
 struct RendezvousSession {
-  RendezvousSession(boost::asio::ip::tcp::socket s, std::string peerText)
+  RendezvousSession(tcp::socket s, std::string peerText)
       : socket(std::move(s)), peer(std::move(peerText)), authTimer(socket.get_executor()) {}
 
-  boost::asio::ip::tcp::socket socket;
+  tcp::socket socket;
   std::string peer;
-  boost::asio::steady_timer authTimer;  // closes the connection unless it registers in time
-  bool authenticating = true;           // counted in RendezvousServer::Impl::unauthenticated
+  asio::steady_timer authTimer;  // closes the connection unless it registers in time
+  bool authenticating = true;    // counted in RendezvousServer::Impl::unauthenticated
   std::array<uint8_t, wire::kHeaderBytes> header{};
   std::vector<uint8_t> body;
   wire::Nonce serverNonce{};
@@ -86,7 +87,7 @@ struct RendezvousServer::Impl {
   void sendShared(const SessionPtr& s, SharedBytes bytes);
   void writeNext(const SessionPtr& s);
   void closeAfterFlush(const SessionPtr& s);
-  void onConnectionLost(const SessionPtr& s, const boost::system::error_code& ec);
+  void onConnectionLost(const SessionPtr& s, const error_code& ec);
   void close(const SessionPtr& s);
 
   static SharedBytes status(Errc code, const std::string& text) {
@@ -117,9 +118,9 @@ struct RendezvousServer::Impl {
   int64_t authMs;  // authDeadlineMs(timeoutMs)
   UniqueId id;
   // Declared before everything that holds sockets or handlers, so it is destroyed last.
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::acceptor acceptor;
-  boost::asio::steady_timer timer;
+  asio::io_context io;
+  tcp::acceptor acceptor;
+  asio::steady_timer timer;
   std::set<SessionPtr> sessions;   // every open connection
   std::vector<SessionPtr> byRank;  // registered connection per rank (size nranks once known)
   int nranks = 0;                  // 0 until the first registration
