@@ -1,7 +1,8 @@
 #pragma once
 
-// The rendezvous wire format, shared by the server and client halves of bootstrap.cc and by
-// the tests. Private to control/: nothing outside bootstrap.cc and its tests includes it.
+// The rendezvous wire format, shared by the server (bootstrap_server.cc) and the client
+// (bootstrap_client.cc) and by the tests. Private to control/: nothing outside those two files
+// and their tests includes it.
 //
 // Every message is a 12-byte header and a body (integers little-endian):
 //
@@ -12,12 +13,14 @@
 //        8    4  body length in bytes, bounded per type (maxBodyBytes) before any allocation
 //
 // Exchange (C = client, S = server):
+// clang-format off
 //   C->S Hello      client nonce[16]
 //   S->C Challenge  server nonce[16], tag(secret, kServerDomain, client nonce || server nonce)[16]
-//   C->S Register   rank i32, nranks i32, tag(secret, kClientDomain, server
-//   nonce||rank||nranks)[16] S->C Status     code i32 (gs::Errc), message (<= kMaxStatusText
-//   bytes): ok or why refused C->S Payload    this rank's bytes (<= kMaxRendezvousPayload) S->C
-//   Result     nranks u32, then per rank: length u32, bytes   (or a Status with the error)
+//   C->S Register   rank i32, nranks i32, tag(secret, kClientDomain, server nonce||rank||nranks)[16]
+//   S->C Status     code i32 (gs::Errc), message (<= kMaxStatusText bytes): ok or why refused
+//   C->S Payload    this rank's bytes (<= kMaxRendezvousPayload)
+//   S->C Result     nranks u32, then per rank: length u32, bytes   (or a Status with the error)
+// clang-format on
 // Both sides prove they hold the secret without sending it, over nonces the other side chose,
 // so a recorded exchange cannot be replayed.
 
@@ -55,6 +58,14 @@ constexpr const char* kClientDomain = "gs-rendezvous";
 constexpr const char* kServerDomain = "gs-rendezvous-server";
 
 using Nonce = std::array<uint8_t, kNonceBytes>;
+
+/// A fresh nonce for one handshake (each side picks its own, so neither can replay the other).
+inline Nonce randomNonce() {
+  Secret bytes = randomSecret();
+  Nonce n{};
+  std::copy_n(bytes.begin(), n.size(), n.begin());
+  return n;
+}
 
 struct Header {
   MsgType type;

@@ -1,38 +1,20 @@
-#include "control/communicator.h"
+// Running collectives on a communicator that connect() set up (communicator_connect.cc): one
+// at a time in issue order, blocking or through the progress thread, host buffers directly and
+// device buffers through staging, with the algorithm and codec chosen per call.
 
-#include <unistd.h>
+#include "control/communicator.h"
 
 #include <algorithm>
 #include <cstring>
-#include <set>
 
 #include "common/bytes.h"
 #include "common/log.h"
-#include "control/bootstrap.h"
-#include "control/link_transports.h"
-#include "control/net.h"
-#include "control/peer_info.h"
-#include "control/peer_links.h"
 
 namespace gs::control {
 
 namespace {
 // codec=auto: ranks agree on the chunk size every this many adaptive collectives.
 constexpr uint64_t kChunkAgreementEvery = 8;
-// With shm links and a core per local rank, the engine polls this long before it sleeps.
-constexpr std::chrono::microseconds kShmSpinTime{50};
-constexpr int64_t kRendezvousGraceMs = 2000;
-
-bool isAutoCodec(const std::string& codec) {
-  return codec == "auto" || codec == "AUTO" || codec == "Auto";
-}
-
-std::string hostName() {
-  char buf[256] = {};
-  gethostname(buf, sizeof(buf) - 1);
-  return buf;
-}
-
 }  // namespace
 
 void Request::complete(Errc code, std::string message) {
@@ -94,173 +76,6 @@ std::string Request::message() const {
 Communicator::Communicator(int nranks, int rank, const Config& config)
     : nranks_(nranks), rank_(rank), config_(config) {}
 
-std::unique_ptr<Communicator> Communicator::create(int nranks,
-                                                   const UniqueId& id,
-                                                   int rank,
-                                                   const Config& config) {
-  GS_CHECK(nranks >= 1, Errc::kInvalidArgument, "nranks %d must be >= 1", nranks);
-  GS_CHECK(rank >= 0 && rank < nranks, Errc::kInvalidArgument, "rank %d out of range [0, %d)", rank,
-           nranks);
-  config.validate();
-  std::unique_ptr<Communicator> comm(new Communicator(nranks, rank, config));
-  if (isAutoCodec(config.codec)) {
-    parseCodecLadder(config.codecLadder, config.codecFloor);  // fail before connecting
-  } else {
-    const codecs::CodecSpec spec = codecs::CodecSpec::parse(config.codec);
-    if (spec.id != codecs::CodecId::kRaw)
-      comm->codec_ = codecs::makeCodec(spec);
-  }
-  comm->connect(id);
-  return comm;
-}
-
-void Communicator::connect(const UniqueId& id) {
-  const Deadline deadline = Deadline::afterMs(config_.timeoutMs);
-  BootstrapClient bootstrap = BootstrapClient::connect(id, rank_, nranks_, deadline);
-
-  networkTransport_ = transport::resolveTransportName(config_.transport, config_);
-  transport::DeviceOptions options;
-  options.rank = rank_;
-  options.nranks = nranks_;
-  options.secret = id.secret;
-  // Listen where the other ranks can reach us: GS_SOCKET_IFNAME's address when set, else the
-  // local address that reached rank 0 (loopback when rank 0 is on loopback).
-  options.bindAddress = config_.socketIfname.empty() ? bootstrap.localAddress()
-                                                     : interfaceAddress(config_.socketIfname);
-  memcpy(&options.fabricId, id.secret.data(), sizeof(options.fabricId));
-  options.config = config_;
-  device_ = transport::createDevice(networkTransport_, options);
-  shmDevice_ = openShmDevice(networkTransport_, options, shmState_);
-
-  stream::SlotLayout layout;
-  layout.slots = static_cast<size_t>(config_.slotsPerPeer);
-  layout.chunkBytes = static_cast<size_t>(config_.chunkBytes);
-  PeerInfo mine;
-  mine.hostname = config_.hostname.empty() ? hostName() : config_.hostname;
-  mine.pid = static_cast<int32_t>(getpid());
-  mine.transport = networkTransport_;
-  mine.chunkBytes = config_.chunkBytes;
-  mine.slots = config_.slotsPerPeer;
-  mine.codec = config_.codec;
-  mine.address = device_->address();
-  if (shmDevice_)
-    mine.shmAddress = shmDevice_->address();
-
-  // The rendezvous server owns the timeout (it names the ranks that never arrived); wait a
-  // little longer than it so its verdict, not our own deadline, is what the caller sees.
-  auto records = bootstrap.allgather(mine.serialize(),
-                                     Deadline::afterMs(config_.timeoutMs + kRendezvousGraceMs));
-  GS_CHECK(records.size() == static_cast<size_t>(nranks_), Errc::kRemote,
-           "rendezvous returned %zu records for %d ranks", records.size(), nranks_);
-  std::vector<PeerInfo> infos(nranks_);
-  std::vector<std::string> hostnames(nranks_);
-  for (int r = 0; r < nranks_; ++r) {
-    infos[r] = PeerInfo::parse(records[r], r);
-    checkCompatible(mine, infos[r], rank_, r);
-    hostnames[r] = infos[r].hostname;
-  }
-  // Peers are known only now (the hierarchical schedule's depend on the hosts): links are made
-  // after the rendezvous and swap their slot keys over their own connections.
-  topology_ = stream::Topology::fromHostNames(hostnames);
-  algorithms_ = allowedAlgorithms(config_.algo, topology_);
-  if (config_.algo == "hierarchical" && !topology_.uniform()) {
-    GS_LOG_WARN(
-        "GS_ALGO=hierarchical needs the same number of ranks on every host (%d ranks, "
-        "%d hosts): using ring",
-        nranks_, topology_.hosts());
-    algorithms_ = {stream::Algorithm::kRing};
-  }
-  const std::set<int> neighbours = schedulePeers(rank_, topology_, algorithms_);
-  std::vector<TransportEndpoint> transports(nranks_);
-  for (int r = 0; r < nranks_; ++r)
-    transports[r] = {infos[r].hostname, infos[r].shmAddress};
-  std::vector<PeerEndpoint> endpoints;
-  std::vector<std::string> linkTransport(nranks_);  // by peer: what carries its link
-  int shmLinks = 0, localOverNetwork = 0;
-  for (int p : neighbours) {
-    if (shmDevice_ && shmBetween(transports[rank_], transports[p])) {
-      endpoints.push_back({p, shmDevice_.get(), infos[p].shmAddress});
-      linkTransport[p] = "shm";
-      ++shmLinks;
-    } else {
-      endpoints.push_back({p, device_.get(), infos[p].address});
-      linkTransport[p] = networkTransport_;
-      localOverNetwork += infos[p].hostname == infos[rank_].hostname ? 1 : 0;
-    }
-  }
-  const int networkLinks = static_cast<int>(neighbours.size()) - shmLinks;
-  transportName_ = linkTransportsName(networkTransport_, shmLinks, networkLinks);
-  if (shmState_ == ShmState::kUnused && shmLinks > 0)
-    shmState_ = ShmState::kInUse;
-  if (shmLinks == 0)
-    shmDevice_.reset();  // no peer chose it either (the choice is symmetric): free its segment
-  logLinkTransports(shmLinks, networkLinks, localOverNetwork);
-  links_ = connectPeerLinks(nranks_, endpoints, layout, deadline);
-  // Every rank computes both from all records: the algorithm choice must agree everywhere.
-  costModel_.intraHost =
-      stream::CostModel::measured(shmWithinHosts(transports) ? "shm" : networkTransport_);
-  costModel_.interHost = stream::CostModel::measured(networkTransport_);
-  costModel_.chunkBytes = static_cast<double>(config_.chunkBytes);
-  // Wire bytes per logical byte of a full fp32 chunk (an upper bound for top-k).
-  costModel_.codecRatio =
-      codec_ ? static_cast<double>(codec_->maxEncodedBytes(DataType::kFloat32, 1 << 18)) /
-                   static_cast<double>(1 << 20)
-             : 1.0;
-  // Ranks on one host (same hostname) get consecutive local ranks: the metrics port offset.
-  int localRank = 0;
-  for (int r = 0; r < rank_; ++r)
-    localRank += infos[r].hostname == mine.hostname ? 1 : 0;
-  metrics_ =
-      std::make_unique<monitoring::Metrics>(config_, rank_, nranks_, localRank, transportName_);
-  std::vector<monitoring::LinkCounters*> counters(nranks_, nullptr);
-  for (int p : neighbours) {
-    counters[p] = &metrics_->addLink(p, linkTransport[p]);
-    counters[p]->setChunkSize(static_cast<uint64_t>(config_.chunkBytes));
-    counters[p]->setCodecRung(codec_ ? static_cast<int>(codec_->id()) : 0);
-  }
-  metrics_->setTransportInfo({{"device", networkTransport_},
-                              {"port", options.bindAddress},
-                              {"gid_index", "none"},
-                              {"memory_path", "host"},
-                              {"shm", shmStateName(shmState_)}});
-
-  std::vector<stream::Link*> raw(nranks_, nullptr);
-  for (int p = 0; p < nranks_; ++p)
-    raw[p] = links_[p].get();
-  // The engine registers the caller's buffers with its primary device first: make that one
-  // that serves links (a verbs device serving none would pin pages for nothing).
-  transport::Device& primary = networkLinks == 0 && shmLinks > 0 ? *shmDevice_ : *device_;
-  engine_ = std::make_unique<stream::Engine>(rank_, nranks_, primary, raw, config_, aborted_);
-  engine_->setLinkCounters(std::move(counters));
-  engine_->setTopology(topology_);
-  if (isAutoCodec(config_.codec)) {
-    controller_ = std::make_unique<AdaptiveController>(
-        config_, std::vector<int>(neighbours.begin(), neighbours.end()));
-    controller_->apply(*engine_, *metrics_);
-  }
-  int localRanks = 0;
-  for (const PeerInfo& info : infos)
-    localRanks += info.hostname == mine.hostname ? 1 : 0;
-  const auto cores = static_cast<int>(std::thread::hardware_concurrency());
-  if (cores > 0 && localRanks > cores) {
-    engine_->setSpinRounds(0);
-    GS_LOG_INFO("%d ranks share %d cores on this host: waiting without busy polling", localRanks,
-                cores);
-  } else if (shmLinks > 0) {
-    engine_->setSpinTime(kShmSpinTime);
-  }
-  if (!metrics_->exporterAddress().empty()) {
-    GS_LOG_INFO("rank %d serves Prometheus metrics at http://%s/metrics", rank_,
-                metrics_->exporterAddress().c_str());
-  }
-  GS_LOG_INFO(
-      "communicator ready: rank %d of %d on host %d of %d, transport %s on %s, %zu peers, "
-      "chunk %lld B x %lld slots, GS_ALGO=%s",
-      rank_, nranks_, topology_.hostOf[rank_], topology_.hosts(), transportName_.c_str(),
-      options.bindAddress.c_str(), neighbours.size(), static_cast<long long>(config_.chunkBytes),
-      static_cast<long long>(config_.slotsPerPeer), config_.algo.c_str());
-}
-
 Communicator::~Communicator() {
   {
     std::lock_guard<std::mutex> lock(queueMutex_);
@@ -277,23 +92,6 @@ Communicator::~Communicator() {
   }
   if (engine_ && healthy)
     engine_->farewell(Deadline::afterMs(std::min<int64_t>(config_.timeoutMs, 10000)));
-}
-
-void Communicator::logLinkTransports(int shmLinks, int networkLinks, int localOverNetwork) const {
-  // Nothing to say when shm was not considered and no peer shares the host, or for loopback
-  // (threads of one process: every peer is local and none needs shm).
-  if ((shmState_ == ShmState::kOff && localOverNetwork == 0) || networkTransport_ == "loopback")
-    return;
-  std::string why;
-  if (localOverNetwork > 0) {
-    why = formatString(" (%d of them on this host: shm %s)", localOverNetwork,
-                       shmState_ == ShmState::kOff           ? "is off here"
-                       : shmState_ == ShmState::kUnavailable ? "is unavailable here"
-                                                             : "is not usable with them");
-  }
-  GS_LOG_INFO("rank %d: shm to %d local peer%s, %s to %d peer%s%s", rank_, shmLinks,
-              shmLinks == 1 ? "" : "s", networkTransport_.c_str(), networkLinks,
-              networkLinks == 1 ? "" : "s", why.c_str());
 }
 
 void Communicator::checkUsable() const {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +27,8 @@
 #include "transport/device.h"
 
 namespace gs::control {
+
+struct PeerInfo;
 
 /// Completion state of a non-blocking collective. Shared by the caller's handle and the
 /// communicator's progress thread; thread-safe.
@@ -133,7 +136,31 @@ class Communicator {
 
  private:
   Communicator(int nranks, int rank, const Config& config);
+
+  // ---- joining (communicator_connect.cc), the steps of connect() in the order they run ----
+  struct LinkPlan;  // which device carries the link to each peer
+  /// Rendezvous, devices, links, cost model, metrics, engine: everything create() promises.
   void connect(const UniqueId& id);
+  /// Opens the network device (and the shm device next to it, when wanted), listening where the
+  /// other ranks can reach this one. Returns the options they were opened with.
+  transport::DeviceOptions openDevices(const UniqueId& id, const std::string& addressReachingRank0);
+  /// Topology from the ranks' host names, the algorithms GS_ALGO allows on it, and the peers
+  /// their schedules use (the same on every rank: all computed from every record).
+  std::set<int> chooseSchedules(const std::vector<PeerInfo>& infos);
+  /// Per peer shm or the network (symmetric); frees the shm device when no link uses it.
+  LinkPlan planLinks(const std::vector<PeerInfo>& infos, std::set<int> peers);
+  void logLinkTransports(int shmLinks, int networkLinks, int localOverNetwork) const;
+  void setUpCostModel(const std::vector<PeerInfo>& infos);
+  /// Returns each linked peer's counters, by rank (null without a link).
+  std::vector<monitoring::LinkCounters*> startMetrics(const std::vector<PeerInfo>& infos,
+                                                      const LinkPlan& plan,
+                                                      const std::string& bindAddress);
+  void startEngine(const std::vector<PeerInfo>& infos,
+                   const LinkPlan& plan,
+                   std::vector<monitoring::LinkCounters*> counters);
+  void logReady(const LinkPlan& plan, const std::string& bindAddress) const;
+
+  // ---- running collectives (communicator.cc) ----
   /// Holds execMutex_. record: count it as one collective in the metrics and stats (pieces of
   /// a staged call are counted once, by runStaged).
   void execute(const stream::CollectiveArgs& args, bool record = true);
@@ -158,7 +185,6 @@ class Communicator {
   uint64_t adaptiveCalls_ = 0;  // guarded by execMutex_
   void progressLoop();
   void checkUsable() const;
-  void logLinkTransports(int shmLinks, int networkLinks, int localOverNetwork) const;
   void recordCollective(const stream::CollectiveArgs& args, double seconds);
   stream::Algorithm chooseAlgorithm(const stream::CollectiveArgs& args);  // holds execMutex_
 

@@ -1,0 +1,293 @@
+// Joining a communicator: Communicator::create and the steps of Communicator::connect, in the
+// order they run. Every choice that both ranks of a pair (or all ranks) must make alike is
+// computed from the all-gathered rendezvous records, never from local state alone.
+
+#include <unistd.h>
+
+#include <cstring>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/log.h"
+#include "control/bootstrap.h"
+#include "control/communicator.h"
+#include "control/link_transports.h"
+#include "control/net.h"
+#include "control/peer_info.h"
+#include "control/peer_links.h"
+
+namespace gs::control {
+
+namespace {
+// With shm links and a core per local rank, the engine polls this long before it sleeps.
+constexpr std::chrono::microseconds kShmSpinTime{50};
+// The rendezvous server owns the timeout (it names the ranks that never arrived); a rank waits
+// this much longer than it so the server's verdict, not its own deadline, is what callers see.
+constexpr int64_t kRendezvousGraceMs = 2000;
+
+bool isAutoCodec(const std::string& codec) {
+  return codec == "auto" || codec == "AUTO" || codec == "Auto";
+}
+
+std::string hostName() {
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+/// This rank's rendezvous record: who it is, the settings every rank must share, and the
+/// address blobs of its devices.
+PeerInfo ownRecord(const Config& config,
+                   const std::string& networkTransport,
+                   const transport::Device& device,
+                   const transport::Device* shmDevice) {
+  PeerInfo mine;
+  mine.hostname = config.hostname.empty() ? hostName() : config.hostname;
+  mine.pid = static_cast<int32_t>(getpid());
+  mine.transport = networkTransport;
+  mine.chunkBytes = config.chunkBytes;
+  mine.slots = config.slotsPerPeer;
+  mine.codec = config.codec;
+  mine.address = device.address();
+  if (shmDevice)
+    mine.shmAddress = shmDevice->address();
+  return mine;
+}
+
+/// Publishes `mine` and returns every rank's record, parsed, each checked against `mine`.
+std::vector<PeerInfo> exchangeRecords(BootstrapClient& bootstrap,
+                                      const PeerInfo& mine,
+                                      const Config& config) {
+  const int rank = bootstrap.rank(), nranks = bootstrap.nranks();
+  auto records = bootstrap.allgather(mine.serialize(),
+                                     Deadline::afterMs(config.timeoutMs + kRendezvousGraceMs));
+  GS_CHECK(records.size() == static_cast<size_t>(nranks), Errc::kRemote,
+           "rendezvous returned %zu records for %d ranks", records.size(), nranks);
+  std::vector<PeerInfo> infos(nranks);
+  for (int r = 0; r < nranks; ++r) {
+    infos[r] = PeerInfo::parse(records[r], r);
+    checkCompatible(mine, infos[r], rank, r);
+  }
+  return infos;
+}
+
+std::vector<TransportEndpoint> transportEndpoints(const std::vector<PeerInfo>& infos) {
+  std::vector<TransportEndpoint> out;
+  out.reserve(infos.size());
+  for (const PeerInfo& info : infos)
+    out.push_back({info.hostname, info.shmAddress});
+  return out;
+}
+
+/// How many of the ranks below `end` run on `host`.
+int ranksOnHost(const std::vector<PeerInfo>& infos, const std::string& host, size_t end) {
+  int n = 0;
+  for (size_t r = 0; r < end; ++r)
+    n += infos[r].hostname == host ? 1 : 0;
+  return n;
+}
+
+}  // namespace
+
+/// Which device carries the link to each peer of this rank's schedules.
+struct Communicator::LinkPlan {
+  std::set<int> peers;                   // every peer of a schedule this rank may run
+  std::vector<PeerEndpoint> endpoints;   // one per peer, ascending
+  std::vector<std::string> transportOf;  // by rank: what carries its link ("" for no link)
+  int shmLinks = 0, networkLinks = 0;
+  int localOverNetwork = 0;  // same-host peers the network transport serves
+};
+
+std::unique_ptr<Communicator> Communicator::create(int nranks,
+                                                   const UniqueId& id,
+                                                   int rank,
+                                                   const Config& config) {
+  GS_CHECK(nranks >= 1, Errc::kInvalidArgument, "nranks %d must be >= 1", nranks);
+  GS_CHECK(rank >= 0 && rank < nranks, Errc::kInvalidArgument, "rank %d out of range [0, %d)", rank,
+           nranks);
+  config.validate();
+  std::unique_ptr<Communicator> comm(new Communicator(nranks, rank, config));
+  if (isAutoCodec(config.codec)) {
+    parseCodecLadder(config.codecLadder, config.codecFloor);  // fail before connecting
+  } else {
+    const codecs::CodecSpec spec = codecs::CodecSpec::parse(config.codec);
+    if (spec.id != codecs::CodecId::kRaw)
+      comm->codec_ = codecs::makeCodec(spec);
+  }
+  comm->connect(id);
+  return comm;
+}
+
+void Communicator::connect(const UniqueId& id) {
+  const Deadline deadline = Deadline::afterMs(config_.timeoutMs);
+  BootstrapClient bootstrap = BootstrapClient::connect(id, rank_, nranks_, deadline);
+  const transport::DeviceOptions options = openDevices(id, bootstrap.localAddress());
+  const std::vector<PeerInfo> infos = exchangeRecords(
+      bootstrap, ownRecord(config_, networkTransport_, *device_, shmDevice_.get()), config_);
+  // Peers are known only now (the hierarchical schedule's depend on the hosts): links are made
+  // after the rendezvous and swap their slot keys over their own connections.
+  const LinkPlan plan = planLinks(infos, chooseSchedules(infos));
+  stream::SlotLayout layout;
+  layout.slots = static_cast<size_t>(config_.slotsPerPeer);
+  layout.chunkBytes = static_cast<size_t>(config_.chunkBytes);
+  links_ = connectPeerLinks(nranks_, plan.endpoints, layout, deadline);
+  setUpCostModel(infos);
+  startEngine(infos, plan, startMetrics(infos, plan, options.bindAddress));
+  logReady(plan, options.bindAddress);
+}
+
+transport::DeviceOptions Communicator::openDevices(const UniqueId& id,
+                                                   const std::string& addressReachingRank0) {
+  networkTransport_ = transport::resolveTransportName(config_.transport, config_);
+  transport::DeviceOptions options;
+  options.rank = rank_;
+  options.nranks = nranks_;
+  options.secret = id.secret;
+  // Listen where the other ranks can reach us: GS_SOCKET_IFNAME's address when set, else the
+  // local address that reached rank 0 (loopback when rank 0 is on loopback).
+  options.bindAddress =
+      config_.socketIfname.empty() ? addressReachingRank0 : interfaceAddress(config_.socketIfname);
+  memcpy(&options.fabricId, id.secret.data(), sizeof(options.fabricId));
+  options.config = config_;
+  device_ = transport::createDevice(networkTransport_, options);
+  shmDevice_ = openShmDevice(networkTransport_, options, shmState_);
+  return options;
+}
+
+std::set<int> Communicator::chooseSchedules(const std::vector<PeerInfo>& infos) {
+  std::vector<std::string> hostnames(nranks_);
+  for (int r = 0; r < nranks_; ++r)
+    hostnames[r] = infos[r].hostname;
+  topology_ = stream::Topology::fromHostNames(hostnames);
+  algorithms_ = allowedAlgorithms(config_.algo, topology_);
+  if (config_.algo == "hierarchical" && !topology_.uniform()) {
+    GS_LOG_WARN(
+        "GS_ALGO=hierarchical needs the same number of ranks on every host (%d ranks, "
+        "%d hosts): using ring",
+        nranks_, topology_.hosts());
+    algorithms_ = {stream::Algorithm::kRing};
+  }
+  return schedulePeers(rank_, topology_, algorithms_);
+}
+
+Communicator::LinkPlan Communicator::planLinks(const std::vector<PeerInfo>& infos,
+                                               std::set<int> peers) {
+  const std::vector<TransportEndpoint> transports = transportEndpoints(infos);
+  LinkPlan plan;
+  plan.peers = std::move(peers);
+  plan.transportOf.resize(nranks_);
+  for (int p : plan.peers) {
+    if (shmDevice_ && shmBetween(transports[rank_], transports[p])) {
+      plan.endpoints.push_back({p, shmDevice_.get(), infos[p].shmAddress});
+      plan.transportOf[p] = "shm";
+      ++plan.shmLinks;
+    } else {
+      plan.endpoints.push_back({p, device_.get(), infos[p].address});
+      plan.transportOf[p] = networkTransport_;
+      plan.localOverNetwork += infos[p].hostname == infos[rank_].hostname ? 1 : 0;
+    }
+  }
+  plan.networkLinks = static_cast<int>(plan.peers.size()) - plan.shmLinks;
+  transportName_ = linkTransportsName(networkTransport_, plan.shmLinks, plan.networkLinks);
+  if (shmState_ == ShmState::kUnused && plan.shmLinks > 0)
+    shmState_ = ShmState::kInUse;
+  if (plan.shmLinks == 0)
+    shmDevice_.reset();  // no peer chose it either (the choice is symmetric): free its segment
+  logLinkTransports(plan.shmLinks, plan.networkLinks, plan.localOverNetwork);
+  return plan;
+}
+
+void Communicator::logLinkTransports(int shmLinks, int networkLinks, int localOverNetwork) const {
+  // Nothing to say when shm was not considered and no peer shares the host, or for loopback
+  // (threads of one process: every peer is local and none needs shm).
+  if ((shmState_ == ShmState::kOff && localOverNetwork == 0) || networkTransport_ == "loopback")
+    return;
+  std::string why;
+  if (localOverNetwork > 0) {
+    why = formatString(" (%d of them on this host: shm %s)", localOverNetwork,
+                       shmState_ == ShmState::kOff           ? "is off here"
+                       : shmState_ == ShmState::kUnavailable ? "is unavailable here"
+                                                             : "is not usable with them");
+  }
+  GS_LOG_INFO("rank %d: shm to %d local peer%s, %s to %d peer%s%s", rank_, shmLinks,
+              shmLinks == 1 ? "" : "s", networkTransport_.c_str(), networkLinks,
+              networkLinks == 1 ? "" : "s", why.c_str());
+}
+
+void Communicator::setUpCostModel(const std::vector<PeerInfo>& infos) {
+  // Every rank computes both from all records: the algorithm choice must agree everywhere.
+  costModel_.intraHost = stream::CostModel::measured(
+      shmWithinHosts(transportEndpoints(infos)) ? "shm" : networkTransport_);
+  costModel_.interHost = stream::CostModel::measured(networkTransport_);
+  costModel_.chunkBytes = static_cast<double>(config_.chunkBytes);
+  // Wire bytes per logical byte of a full fp32 chunk (an upper bound for top-k).
+  costModel_.codecRatio =
+      codec_ ? static_cast<double>(codec_->maxEncodedBytes(DataType::kFloat32, 1 << 18)) /
+                   static_cast<double>(1 << 20)
+             : 1.0;
+}
+
+std::vector<monitoring::LinkCounters*> Communicator::startMetrics(
+    const std::vector<PeerInfo>& infos, const LinkPlan& plan, const std::string& bindAddress) {
+  // Ranks on one host (same hostname) get consecutive local ranks: the metrics port offset.
+  const int localRank = ranksOnHost(infos, infos[rank_].hostname, static_cast<size_t>(rank_));
+  metrics_ =
+      std::make_unique<monitoring::Metrics>(config_, rank_, nranks_, localRank, transportName_);
+  std::vector<monitoring::LinkCounters*> counters(nranks_, nullptr);
+  for (int p : plan.peers) {
+    counters[p] = &metrics_->addLink(p, plan.transportOf[p]);
+    counters[p]->setChunkSize(static_cast<uint64_t>(config_.chunkBytes));
+    counters[p]->setCodecRung(codec_ ? static_cast<int>(codec_->id()) : 0);
+  }
+  metrics_->setTransportInfo({{"device", networkTransport_},
+                              {"port", bindAddress},
+                              {"gid_index", "none"},
+                              {"memory_path", "host"},
+                              {"shm", shmStateName(shmState_)}});
+  return counters;
+}
+
+void Communicator::startEngine(const std::vector<PeerInfo>& infos,
+                               const LinkPlan& plan,
+                               std::vector<monitoring::LinkCounters*> counters) {
+  std::vector<stream::Link*> raw(nranks_, nullptr);
+  for (int p = 0; p < nranks_; ++p)
+    raw[p] = links_[p].get();
+  // The engine registers the caller's buffers with its primary device first: make that one
+  // that serves links (a verbs device serving none would pin pages for nothing).
+  transport::Device& primary = plan.networkLinks == 0 && plan.shmLinks > 0 ? *shmDevice_ : *device_;
+  engine_ = std::make_unique<stream::Engine>(rank_, nranks_, primary, raw, config_, aborted_);
+  engine_->setLinkCounters(std::move(counters));
+  engine_->setTopology(topology_);
+  if (isAutoCodec(config_.codec)) {
+    controller_ = std::make_unique<AdaptiveController>(
+        config_, std::vector<int>(plan.peers.begin(), plan.peers.end()));
+    controller_->apply(*engine_, *metrics_);
+  }
+  const int localRanks = ranksOnHost(infos, infos[rank_].hostname, infos.size());
+  const auto cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (cores > 0 && localRanks > cores) {
+    engine_->setSpinRounds(0);
+    GS_LOG_INFO("%d ranks share %d cores on this host: waiting without busy polling", localRanks,
+                cores);
+  } else if (plan.shmLinks > 0) {
+    engine_->setSpinTime(kShmSpinTime);
+  }
+}
+
+void Communicator::logReady(const LinkPlan& plan, const std::string& bindAddress) const {
+  if (!metrics_->exporterAddress().empty()) {
+    GS_LOG_INFO("rank %d serves Prometheus metrics at http://%s/metrics", rank_,
+                metrics_->exporterAddress().c_str());
+  }
+  GS_LOG_INFO(
+      "communicator ready: rank %d of %d on host %d of %d, transport %s on %s, %zu peers, "
+      "chunk %lld B x %lld slots, GS_ALGO=%s",
+      rank_, nranks_, topology_.hostOf[rank_], topology_.hosts(), transportName_.c_str(),
+      bindAddress.c_str(), plan.peers.size(), static_cast<long long>(config_.chunkBytes),
+      static_cast<long long>(config_.slotsPerPeer), config_.algo.c_str());
+}
+
+}  // namespace gs::control
