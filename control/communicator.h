@@ -21,7 +21,7 @@
 #include "control/link_transports.h"
 #include "control/unique_id.h"
 #include "monitoring/metrics.h"
-#include "stream/cost_model.h"
+#include "schedules/cost_model.h"
 #include "stream/engine.h"
 #include "stream/link.h"
 #include "transport/device.h"

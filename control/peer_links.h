@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "schedules/schedule.h"
+#include "schedules/topology.h"
 #include "stream/link.h"
-#include "stream/schedule.h"
-#include "stream/topology.h"
 #include "transport/device.h"
 
 namespace gs::control {

@@ -58,44 +58,15 @@ std::vector<Family> Metrics::State::collect() const {
     return l;
   };
 
-  Family bytesLogical =
-      family("gs_bytes_logical_total",
-             "Bytes of the user's data type sent to a peer (before encoding)", T::kCounter);
-  Family bytesWire =
-      family("gs_bytes_wire_total",
-             "Bytes sent on the wire to a peer (encoded payload and headers)", T::kCounter);
-  Family chunks = family("gs_chunks_total", "Chunks sent to a peer, by codec", T::kCounter);
-  Family chunksRecv =
-      family("gs_chunks_received_total", "Chunks received from a peer", T::kCounter);
-  Family bytesRecv =
-      family("gs_bytes_received_total", "Wire bytes received from a peer", T::kCounter);
-  Family goodput =
-      family("gs_link_goodput_bytes_per_second",
-             "Logical bytes per second sent to a peer during the last collective", T::kGauge);
-  Family latency = family("gs_chunk_latency_seconds",
-                          "Post-to-completion latency of chunks sent to a peer", T::kHistogram);
-  Family chunkSize =
-      family("gs_chunk_size_bytes", "Chunk size currently used towards a peer", T::kGauge);
-  Family rung = family("gs_codec_rung",
-                       "Codec currently chosen towards a peer (0 raw, 1 fp16, 2 bf16, 3 fp8e4m3, "
-                       "4 fp8e5m2, 5 int8, 6 int4, 7 topk)",
-                       T::kGauge);
-  Family creditWait =
-      family("gs_credit_wait_seconds_total",
-             "Time spent ready to send to a peer but waiting for a credit", T::kCounter);
-  Family encode = family("gs_encode_seconds_total",
-                         "Time spent encoding chunks for a peer (lossy codecs)", T::kCounter);
-  Family rtt =
-      family("gs_link_rtt_seconds",
-             "Round-trip time the transport measures towards a peer (tcp: TCP_INFO)", T::kGauge);
-  Family retrans = family("gs_link_retransmits_total",
-                          "Retransmitted segments towards a peer (tcp: TCP_INFO)", T::kCounter);
-  Family cwnd =
-      family("gs_link_cwnd_bytes",
-             "Congestion window towards a peer, summed over sockets (tcp: TCP_INFO)", T::kGauge);
-  Family lastProgress =
-      family("gs_last_progress_timestamp_seconds",
-             "Unix time of the last chunk completed or received on a link", T::kGauge);
+  // One family per exported row of monitoring/link_counters.inc, in its order.
+  std::vector<Family> linkFamilies;
+#define GS_LINK_COUNTER(type, field, metric, kind, scale, help) \
+  linkFamilies.push_back(family(metric, help, T::kind));
+#define GS_LINK_CODEC_COUNTERS(type, field, metric, kind, help) \
+  GS_LINK_COUNTER(type, field, metric, kind, 1.0, help)
+#define GS_LINK_HISTOGRAM(field, metric, help) \
+  GS_LINK_COUNTER(, field, metric, kHistogram, 1.0, help)
+#include "monitoring/link_counters.inc"
   {
     std::lock_guard<std::mutex> lock(mu);
     for (size_t i = 0; i < links.size(); ++i) {
@@ -110,29 +81,18 @@ std::vector<Family> Metrics::State::collect() const {
         return l;
       };
       Labels pl = linkWith({{"peer", peer}});
-      bytesLogical.samples.push_back(
-          valueSample(pl, static_cast<double>(lc->bytesLogical.load(r))));
-      bytesWire.samples.push_back(valueSample(pl, static_cast<double>(lc->bytesWire.load(r))));
-      for (int c = 0; c < kMaxCodecs; ++c) {
-        chunks.samples.push_back(valueSample(linkWith({{"peer", peer}, {"codec", kCodecNames[c]}}),
-                                             static_cast<double>(lc->chunksByCodec[c].load(r))));
-      }
-      chunksRecv.samples.push_back(
-          valueSample(pl, static_cast<double>(lc->chunksReceived.load(r))));
-      bytesRecv.samples.push_back(valueSample(pl, static_cast<double>(lc->bytesReceived.load(r))));
-      goodput.samples.push_back(valueSample(pl, lc->goodputBytesPerSecond.load(r)));
-      latency.samples.push_back(histogramSample(pl, lc->chunkLatency, kChunkLatencyBoundsNs));
-      chunkSize.samples.push_back(valueSample(pl, static_cast<double>(lc->chunkSizeBytes.load(r))));
-      rung.samples.push_back(valueSample(pl, lc->codecRung.load(r)));
-      creditWait.samples.push_back(
-          valueSample(pl, static_cast<double>(lc->creditWaitNs.load(r)) * 1e-9));
-      encode.samples.push_back(valueSample(pl, static_cast<double>(lc->encodeNs.load(r)) * 1e-9));
-      rtt.samples.push_back(valueSample(pl, lc->transportRttSeconds.load(r)));
-      retrans.samples.push_back(
-          valueSample(pl, static_cast<double>(lc->transportRetransmits.load(r))));
-      cwnd.samples.push_back(valueSample(pl, static_cast<double>(lc->transportCwndBytes.load(r))));
-      lastProgress.samples.push_back(
-          valueSample(pl, static_cast<double>(lc->lastProgressUnixNs.load(r)) * 1e-9));
+      Family* f = linkFamilies.data();
+#define GS_LINK_COUNTER(type, field, metric, kind, scale, help) \
+  (f++)->samples.push_back(valueSample(pl, static_cast<double>(lc->field.load(r)) * (scale)));
+#define GS_LINK_CODEC_COUNTERS(type, field, metric, kind, help)                             \
+  for (int c = 0; c < kMaxCodecs; ++c) {                                                    \
+    f->samples.push_back(valueSample(linkWith({{"peer", peer}, {"codec", kCodecNames[c]}}), \
+                                     static_cast<double>(lc->field[c].load(r))));           \
+  }                                                                                         \
+  ++f;
+#define GS_LINK_HISTOGRAM(field, metric, help) \
+  (f++)->samples.push_back(histogramSample(pl, lc->field, kChunkLatencyBoundsNs));
+#include "monitoring/link_counters.inc"
     }
   }
 
@@ -211,11 +171,12 @@ std::vector<Family> Metrics::State::collect() const {
   ranks.samples.push_back(valueSample(base, nranks));
 
   std::vector<Family> out;
-  for (Family* f :
-       {&bytesLogical, &bytesWire,   &chunks,     &chunksRecv, &bytesRecv, &goodput, &latency,
-        &chunkSize,    &rung,        &creditWait, &encode,     &rtt,       &retrans, &cwnd,
-        &lastProgress, &collSeconds, &collBytes,  &algbw,      &busbw,     &inProg,  &errs,
-        &devColl,      &staged,      &compErr,    &infoFam,    &ranks}) {
+  for (Family& f : linkFamilies) {
+    if (!f.samples.empty())
+      out.push_back(std::move(f));
+  }
+  for (Family* f : {&collSeconds, &collBytes, &algbw, &busbw, &inProg, &errs, &devColl, &staged,
+                    &compErr, &infoFam, &ranks}) {
     if (!f->samples.empty())
       out.push_back(std::move(*f));
   }

@@ -77,32 +77,14 @@ struct alignas(64) LinkCounters {
 
   const int peer;
 
-  // Sent direction.
-  std::atomic<uint64_t> bytesLogical{0};  // bytes of the user's dtype the chunks carried
-  std::atomic<uint64_t> bytesWire{0};     // bytes posted to the transport (headers included)
-  std::atomic<uint64_t> chunksSent{0};
-  std::array<std::atomic<uint64_t>, kMaxCodecs> chunksByCodec{};
-  ChunkLatencyHistogram chunkLatency;     // post -> local completion of each sent chunk
-  std::atomic<uint64_t> creditWaitNs{0};  // time spent ready to send but without a credit
-  std::atomic<uint64_t> encodeNs{0};      // time spent encoding chunks for this link
-  std::atomic<uint64_t> busyNs{0};        // time collectives using this link ran
-  // Numerics guardrail: sampled lossy chunks per codec and the sum of their relative L2 errors.
-  std::array<std::atomic<uint64_t>, kMaxCodecs> errorSamples{};
-  std::array<std::atomic<double>, kMaxCodecs> errorSum{};
-  // Received direction.
-  std::atomic<uint64_t> chunksReceived{0};
-  std::atomic<uint64_t> bytesReceived{0};  // wire bytes that arrived from the peer
-  // State.
-  std::atomic<uint64_t> lastProgressUnixNs;        // last chunk completed or received (wall clock)
-  std::atomic<double> goodputBytesPerSecond{0.0};  // logical bytes/s of the last collective
-  std::atomic<uint64_t> chunkSizeBytes{0};         // chunk size currently used on this link
-  std::atomic<int> codecRung{0};                   // codec id currently chosen (kCodecNames)
-  // The transport's own view of the link (tcp: TCP_INFO of its sockets), refreshed by the
-  // control plane after each collective; 0 where the transport does not say.
-  std::atomic<double> transportRttSeconds{0.0};
-  std::atomic<double> transportRttVarSeconds{0.0};
-  std::atomic<uint64_t> transportRetransmits{0};  // cumulative
-  std::atomic<uint64_t> transportCwndBytes{0};
+  // One atomic per row of link_counters.inc (what each one counts is said there).
+#define GS_LINK_COUNTER(type, field, metric, kind, scale, help) std::atomic<type> field{0};
+#define GS_LINK_CODEC_COUNTERS(type, field, metric, kind, help) \
+  std::array<std::atomic<type>, kMaxCodecs> field{};
+#define GS_LINK_HISTOGRAM(field, metric, help) ChunkLatencyHistogram field;
+#define GS_LINK_INTERNAL(type, field) std::atomic<type> field{0};
+#define GS_LINK_INTERNAL_CODECS(type, field) std::array<std::atomic<type>, kMaxCodecs> field{};
+#include "monitoring/link_counters.inc"
 
   /// One chunk handed to the transport. codecId outside [0, kMaxCodecs) counts as raw.
   void onChunkSent(uint64_t logical, uint64_t wire, int codecId) noexcept {
@@ -126,8 +108,12 @@ struct alignas(64) LinkCounters {
   void addCreditWait(uint64_t ns) noexcept {
     creditWaitNs.fetch_add(ns, std::memory_order_relaxed);
   }
-  void addEncodeTime(uint64_t ns) noexcept { encodeNs.fetch_add(ns, std::memory_order_relaxed); }
-  void addBusyTime(uint64_t ns) noexcept { busyNs.fetch_add(ns, std::memory_order_relaxed); }
+  void addEncodeTime(uint64_t ns) noexcept {
+    encodeNs.fetch_add(ns, std::memory_order_relaxed);
+  }
+  void addBusyTime(uint64_t ns) noexcept {
+    busyNs.fetch_add(ns, std::memory_order_relaxed);
+  }
   /// One sampled lossy chunk of codecId (in [0, kMaxCodecs)) and its relative L2 error.
   void onErrorSample(int codecId, double relativeError) noexcept {
     const auto idx = static_cast<unsigned>(codecId);
@@ -137,14 +123,18 @@ struct alignas(64) LinkCounters {
     errorSamples[idx].fetch_add(1, std::memory_order_relaxed);
   }
   /// Marks progress now (e.g. a credit arrived).
-  void touch() noexcept { lastProgressUnixNs.store(unixNowNsCoarse(), std::memory_order_relaxed); }
+  void touch() noexcept {
+    lastProgressUnixNs.store(unixNowNsCoarse(), std::memory_order_relaxed);
+  }
   void setGoodput(double bytesPerSecond) noexcept {
     goodputBytesPerSecond.store(bytesPerSecond, std::memory_order_relaxed);
   }
   void setChunkSize(uint64_t bytes) noexcept {
     chunkSizeBytes.store(bytes, std::memory_order_relaxed);
   }
-  void setCodecRung(int codecId) noexcept { codecRung.store(codecId, std::memory_order_relaxed); }
+  void setCodecRung(int codecId) noexcept {
+    codecRung.store(codecId, std::memory_order_relaxed);
+  }
 };
 
 static_assert(std::atomic<double>::is_always_lock_free, "goodput gauge must be lock-free");

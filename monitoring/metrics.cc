@@ -172,28 +172,13 @@ Snapshot Metrics::State::snapshot() const {
       LinkSnapshot l;
       l.peer = lc->peer;
       l.transport = linkTransports[i];
-      l.bytesLogical = lc->bytesLogical.load(r);
-      l.bytesWire = lc->bytesWire.load(r);
-      l.chunksSent = lc->chunksSent.load(r);
-      l.chunksReceived = lc->chunksReceived.load(r);
-      l.bytesReceived = lc->bytesReceived.load(r);
-      l.creditWaitNs = lc->creditWaitNs.load(r);
-      l.encodeNs = lc->encodeNs.load(r);
-      l.busyNs = lc->busyNs.load(r);
-      for (int c = 0; c < kMaxCodecs; ++c) {
-        l.errorSamples[c] = lc->errorSamples[c].load(r);
-        l.errorSum[c] = lc->errorSum[c].load(r);
-      }
-      l.transportRttSeconds = lc->transportRttSeconds.load(r);
-      l.transportRttVarSeconds = lc->transportRttVarSeconds.load(r);
-      l.transportRetransmits = lc->transportRetransmits.load(r);
-      l.transportCwndBytes = lc->transportCwndBytes.load(r);
-      l.lastProgressUnixNs = lc->lastProgressUnixNs.load(r);
-      l.goodputBytesPerSecond = lc->goodputBytesPerSecond.load(r);
-      l.chunkSizeBytes = lc->chunkSizeBytes.load(r);
-      l.codecRung = lc->codecRung.load(r);
-      for (int c = 0; c < kMaxCodecs; ++c)
-        l.chunksByCodec[c] = lc->chunksByCodec[c].load(r);
+#define GS_LINK_COUNTER(type, field, metric, kind, scale, help) l.field = lc->field.load(r);
+#define GS_LINK_CODEC_COUNTERS(type, field, metric, kind, help) \
+  for (int c = 0; c < kMaxCodecs; ++c)                          \
+    l.field[c] = lc->field[c].load(r);
+#define GS_LINK_INTERNAL(type, field) GS_LINK_COUNTER(type, field, , , , )
+#define GS_LINK_INTERNAL_CODECS(type, field) GS_LINK_CODEC_COUNTERS(type, field, , , )
+#include "monitoring/link_counters.inc"
       for (size_t b = 0; b < l.latencyBuckets.size(); ++b)
         l.latencyBuckets[b] = lc->chunkLatency.counts[b].load(r);
       l.latencySumNs = lc->chunkLatency.sumNs.load(r);

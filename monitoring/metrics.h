@@ -36,25 +36,13 @@ const char* errorKindName(Errc code) noexcept;
 struct LinkSnapshot {
   int peer = -1;
   std::string transport;  // what carries the link (Metrics::addLink)
-  uint64_t bytesLogical = 0;
-  uint64_t bytesWire = 0;
-  uint64_t chunksSent = 0;
-  uint64_t chunksReceived = 0;
-  uint64_t bytesReceived = 0;
-  uint64_t creditWaitNs = 0;
-  uint64_t encodeNs = 0;
-  uint64_t busyNs = 0;
-  std::array<uint64_t, kMaxCodecs> errorSamples{};
-  std::array<double, kMaxCodecs> errorSum{};
-  double transportRttSeconds = 0;
-  double transportRttVarSeconds = 0;
-  uint64_t transportRetransmits = 0;
-  uint64_t transportCwndBytes = 0;
-  uint64_t lastProgressUnixNs = 0;
-  double goodputBytesPerSecond = 0;
-  uint64_t chunkSizeBytes = 0;
-  int codecRung = 0;
-  std::array<uint64_t, kMaxCodecs> chunksByCodec{};
+  // A plain copy of each atomic of LinkCounters but the histogram (monitoring/link_counters.inc).
+#define GS_LINK_COUNTER(type, field, metric, kind, scale, help) type field = 0;
+#define GS_LINK_CODEC_COUNTERS(type, field, metric, kind, help) \
+  std::array<type, kMaxCodecs> field{};
+#define GS_LINK_INTERNAL(type, field) type field = 0;
+#define GS_LINK_INTERNAL_CODECS(type, field) std::array<type, kMaxCodecs> field{};
+#include "monitoring/link_counters.inc"
   /// Non-cumulative counts per bucket of kChunkLatencyBoundsNs, the last one being +Inf.
   std::array<uint64_t, ChunkLatencyHistogram::kBuckets> latencyBuckets{};
   uint64_t latencySumNs = 0;

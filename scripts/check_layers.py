@@ -3,6 +3,7 @@
 
     common <- transport <- stream <- control <- capi
     common <- codecs <- stream          kernels only behind codecs
+    common <- schedules <- stream       (control includes schedules too; tools/sim only them)
     common <- monitoring                (stream updates monitoring's counters; control reads them)
 
 Inside transport/, a backend (tcp, shm, verbs, loopback) includes the shared transport headers
@@ -24,8 +25,9 @@ ALLOWED = {
     "transport": {"common"},
     "kernels": {"common"},
     "codecs": {"common", "kernels"},
-    "stream": {"common", "transport", "codecs", "monitoring"},
-    "control": {"common", "transport", "codecs", "stream", "monitoring"},
+    "schedules": {"common"},
+    "stream": {"common", "transport", "codecs", "schedules", "monitoring"},
+    "control": {"common", "transport", "codecs", "schedules", "stream", "monitoring"},
     "capi": {"common", "control"},
 }
 BACKENDS = {"tcp", "shm", "verbs", "loopback"}

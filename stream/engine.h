@@ -11,9 +11,9 @@
 #include "common/config.h"
 #include "common/types.h"
 #include "monitoring/counters.h"
+#include "schedules/schedule.h"
 #include "stream/failure_notice.h"
 #include "stream/link.h"
-#include "stream/schedule.h"
 #include "transport/device.h"
 
 namespace gs::stream {

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "common/types.h"
-#include "stream/schedule.h"
+#include "schedules/schedule.h"
 #include "transport/memory.h"
 
 namespace gs::stream {

@@ -22,13 +22,10 @@
 //  - Netns/*:     two ranks in two network namespaces joined by a veth pair (needs root and
 //                 iproute2, skips otherwise), each namespace a host of its own (GS_HOSTNAME);
 //                 traffic stays in 198.18.0.0/24.
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -46,6 +43,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "tools/support/loopback_port.h"
 
 #ifndef GS_PERF_EXE
 #error "GS_PERF_EXE must name the gradstream-perf binary"
@@ -236,25 +235,6 @@ Clock::time_point after(double seconds) {
 
 double secondsBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-// An unused loopback port (bind port 0). Another process could take it before rank 0 binds;
-// that is rare enough for a test.
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0)
-    return -1;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  close(fd);
-  return port;
 }
 
 // The transport gradstream-perf reports for rank 0's links ("# transport: shm"); "" if none.
@@ -462,7 +442,7 @@ void waitUntilEveryRankLooped(Ranks& ranks) {
 void verifiedLoop(const Env& extra, const std::string& transport) {
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
-  const int port = freePort();
+  const int port = gs::support::freeLoopbackPort();
   ASSERT_GT(port, 0);
   // odd count: uneven chunks
   Ranks ranks(dir.path(), 4, port, "262147", "20", "10000", {}, extra);
@@ -511,7 +491,7 @@ void deadPeer(const Env& extra, const std::string& transport) {
   constexpr int kRanks = 4, kVictim = 2, kTimeoutMs = 5000;
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
-  const int port = freePort();
+  const int port = gs::support::freeLoopbackPort();
   ASSERT_GT(port, 0);
   // 4 MiB float32 allreduces until something fails.
   Ranks ranks(dir.path(), kRanks, port, std::to_string(1 << 20), "0", std::to_string(kTimeoutMs),
@@ -585,7 +565,7 @@ TEST(StoppedPeer, EverySurvivorNamesTheStoppedRankAndItIsToldSo) {
   constexpr int kRanks = 4, kVictim = 2, kTimeoutMs = 2000;
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
-  const int port = freePort();
+  const int port = gs::support::freeLoopbackPort();
   ASSERT_GT(port, 0);
   Ranks ranks(dir.path(), kRanks, port, std::to_string(1 << 18), "0", std::to_string(kTimeoutMs));
   ASSERT_NO_FATAL_FAILURE(waitUntilEveryRankLooped(ranks));
@@ -625,7 +605,7 @@ TEST(MismatchedCall, EveryRankReportsTheCountsAndWhoDetectedThem) {
   constexpr int kRanks = 4, kOdd = 2;
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
-  const int port = freePort();
+  const int port = gs::support::freeLoopbackPort();
   ASSERT_GT(port, 0);
   Ranks ranks(dir.path(), kRanks, port, "1048576", "1", "5000", {}, {}, {{kOdd, "1052675"}});
   for (int r = 0; r < kRanks; ++r) {
@@ -671,7 +651,7 @@ void runWrongSecret(WrongSecretRun& run) {
   constexpr int kTimeoutMs = 3000;
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
-  const int port = freePort();
+  const int port = gs::support::freeLoopbackPort();
   ASSERT_GT(port, 0);
   Ranks ranks(dir.path(), 2, port, "1024", "1", std::to_string(kTimeoutMs),
               {{1, "not-the-secret"}});

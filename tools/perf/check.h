@@ -4,11 +4,14 @@
 #include <cstdint>
 
 #include "gradstream/gradstream.h"
+#include "tools/support/dtype_elements.h"
 
 // Data patterns whose reductions are exact in every dtype (small integers), so -c can compare
 // results bit for bit (averages with a tolerance).
 
-size_t dtypeSize(gs_dtype_t dtype);
+using gs::support::dtypeSize;
+using gs::support::loadElement;
+using gs::support::storeElement;
 
 /// Value rank `rank` contributes at element i.
 double contribution(gs_redop_t op, int rank, size_t i);
@@ -29,9 +32,6 @@ size_t countWrong(const void* buf,
                   size_t elementOffset,
                   double tolerance,
                   Expected expected);
-
-double loadElement(const void* buf, gs_dtype_t dtype, size_t i);
-void storeElement(void* buf, gs_dtype_t dtype, size_t i, double v);
 
 template <class Expected>
 size_t countWrong(const void* buf,

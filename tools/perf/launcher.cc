@@ -1,13 +1,10 @@
 #include "perf/launcher.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -16,28 +13,11 @@
 #include <utility>
 #include <vector>
 
+#include "tools/support/loopback_port.h"
+
 extern char** environ;
 
 namespace {
-
-// An unused loopback port, found by binding port 0. Another process could take it before rank
-// 0 binds; the rendezvous then fails with a clear error and the run can simply be repeated.
-int freeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0)
-    return -1;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  close(fd);
-  return port;
-}
 
 std::string randomHex() {
   unsigned char b[16];
@@ -79,7 +59,7 @@ double now() {
 }  // namespace
 
 int launchLocalRanks(int nranks, char** argv, int timeoutSeconds) {
-  const int port = freeLoopbackPort();
+  const int port = gs::support::freeLoopbackPort();
   if (port < 0) {
     fprintf(stderr, "gradstream-perf: cannot find a free loopback port\n");
     return 1;

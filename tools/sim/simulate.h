@@ -1,8 +1,8 @@
 #pragma once
 
-#include "stream/cost_model.h"
-#include "stream/schedule.h"
-#include "stream/topology.h"
+#include "schedules/cost_model.h"
+#include "schedules/schedule.h"
+#include "schedules/topology.h"
 
 namespace gs::sim {
 

@@ -173,7 +173,7 @@ ControlBlock& Device::control() const {
 DeviceProperties Device::properties() const {
   DeviceProperties p;
   p.name = "shm";
-  p.bandwidthGbps = 40;  // stream/cost_model.cc: about 5 GB/s on the reference host
+  p.bandwidthGbps = 40;  // schedules/cost_model.cc: about 5 GB/s on the reference host
   p.latencyUs = 1;
   p.maxWriteBytes = UINT32_MAX;
   return p;

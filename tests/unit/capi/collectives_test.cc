@@ -16,10 +16,15 @@
 
 #include "codecs/half.h"
 #include "gradstream/gradstream.h"
+#include "tools/support/dtype_elements.h"
 #include "unit/capi/rank_threads.h"
 
 namespace gs::testing {
 namespace {
+
+using support::dtypeSize;
+using support::loadElement;
+using support::storeElement;
 
 // Small integers: sums, products, min and max of them are exact in every dtype, so results must
 // match bit for bit.
@@ -29,69 +34,6 @@ double value(gs_redop_t op, int rank, size_t i) {
   if (op == GS_MIN || op == GS_MAX)
     return static_cast<double>((i * 7 + rank * 5) % 50);
   return static_cast<double>(i % 5 + static_cast<size_t>(rank));
-}
-
-size_t esize(gs_dtype_t t) {
-  switch (t) {
-    case GS_FLOAT16:
-    case GS_BFLOAT16:
-      return 2;
-    case GS_FLOAT32:
-    case GS_INT32:
-      return 4;
-    case GS_FLOAT64:
-    case GS_INT64:
-      return 8;
-    case GS_UINT8:
-      return 1;
-  }
-  return 0;
-}
-
-void store(void* b, gs_dtype_t t, size_t i, double v) {
-  switch (t) {
-    case GS_FLOAT32:
-      static_cast<float*>(b)[i] = static_cast<float>(v);
-      break;
-    case GS_FLOAT64:
-      static_cast<double*>(b)[i] = v;
-      break;
-    case GS_FLOAT16:
-      static_cast<uint16_t*>(b)[i] = codecs::floatToHalf(static_cast<float>(v));
-      break;
-    case GS_BFLOAT16:
-      static_cast<uint16_t*>(b)[i] = codecs::floatToBf16(static_cast<float>(v));
-      break;
-    case GS_INT32:
-      static_cast<int32_t*>(b)[i] = static_cast<int32_t>(v);
-      break;
-    case GS_INT64:
-      static_cast<int64_t*>(b)[i] = static_cast<int64_t>(v);
-      break;
-    case GS_UINT8:
-      static_cast<uint8_t*>(b)[i] = static_cast<uint8_t>(v);
-      break;
-  }
-}
-
-double load(const void* b, gs_dtype_t t, size_t i) {
-  switch (t) {
-    case GS_FLOAT32:
-      return static_cast<const float*>(b)[i];
-    case GS_FLOAT64:
-      return static_cast<const double*>(b)[i];
-    case GS_FLOAT16:
-      return codecs::halfToFloat(static_cast<const uint16_t*>(b)[i]);
-    case GS_BFLOAT16:
-      return codecs::bf16ToFloat(static_cast<const uint16_t*>(b)[i]);
-    case GS_INT32:
-      return static_cast<const int32_t*>(b)[i];
-    case GS_INT64:
-      return static_cast<double>(static_cast<const int64_t*>(b)[i]);
-    case GS_UINT8:
-      return static_cast<const uint8_t*>(b)[i];
-  }
-  return 0;
 }
 
 double reference(gs_dtype_t t, gs_redop_t op, int n, size_t i) {
@@ -139,7 +81,7 @@ void expectBuffer(Failures& f,
                   size_t count,
                   const std::function<double(size_t)>& want) {
   for (size_t i = 0; i < count; ++i) {
-    const double got = load(buf, t, i);
+    const double got = loadElement(buf, t, i);
     if (got != want(i)) {
       f.add(std::string(what) + " rank " + std::to_string(rank) + " element " + std::to_string(i) +
             ": got " + std::to_string(got) + " want " + std::to_string(want(i)));
@@ -174,9 +116,9 @@ void allReduceEveryDtypeAndOp(int n, const RankOptions& options) {
         for (size_t count : kCounts) {
           if (t == GS_UINT8 && op == GS_PROD)
             continue;
-          std::vector<uint8_t> send(count * esize(t) + 1), recv(count * esize(t) + 1, 0xcd);
+          std::vector<uint8_t> send(count * dtypeSize(t) + 1), recv(count * dtypeSize(t) + 1, 0xcd);
           for (size_t i = 0; i < count; ++i)
-            store(send.data(), t, i, value(op, rank, i));
+            storeElement(send.data(), t, i, value(op, rank, i));
           gs_status_t s = gs_allreduce(send.data(), recv.data(), count, t, op, comm, nullptr);
           if (s != GS_OK) {
             f.add(std::string("allreduce failed: ") + gs_last_error());
@@ -186,7 +128,7 @@ void allReduceEveryDtypeAndOp(int n, const RankOptions& options) {
                        [&](size_t i) { return reference(t, op, n, i); });
           // In place.
           for (size_t i = 0; i < count; ++i)
-            store(recv.data(), t, i, value(op, rank, i));
+            storeElement(recv.data(), t, i, value(op, rank, i));
           if (gs_allreduce(recv.data(), recv.data(), count, t, op, comm, nullptr) != GS_OK) {
             f.add(std::string("in-place allreduce failed: ") + gs_last_error());
             return;
@@ -236,11 +178,11 @@ TEST_P(CollectivesTest, ReduceScatterAllGatherBroadcast) {
   runRanks(n, options(), [&](int rank, gs_comm_t comm) {
     for (gs_dtype_t t : {GS_FLOAT32, GS_BFLOAT16, GS_INT64}) {
       for (size_t count : kCounts) {
-        const size_t es = esize(t);
+        const size_t es = dtypeSize(t);
         // Reduce-scatter, out of place and in place.
         std::vector<uint8_t> send(count * n * es + 1), recv(count * es + 1);
         for (size_t i = 0; i < count * n; ++i)
-          store(send.data(), t, i, value(GS_SUM, rank, i));
+          storeElement(send.data(), t, i, value(GS_SUM, rank, i));
         if (gs_reduce_scatter(send.data(), recv.data(), count, t, GS_SUM, comm, nullptr) != GS_OK) {
           f.add(std::string("reduce_scatter: ") + gs_last_error());
           return;
@@ -248,7 +190,7 @@ TEST_P(CollectivesTest, ReduceScatterAllGatherBroadcast) {
         expectBuffer(f, rank, "reduce_scatter", recv.data(), t, count,
                      [&](size_t i) { return reference(t, GS_SUM, n, rank * count + i); });
         for (size_t i = 0; i < count * n; ++i)
-          store(send.data(), t, i, value(GS_SUM, rank, i));
+          storeElement(send.data(), t, i, value(GS_SUM, rank, i));
         uint8_t* own = send.data() + rank * count * es;
         if (gs_reduce_scatter(send.data(), own, count, t, GS_SUM, comm, nullptr) != GS_OK) {
           f.add(std::string("in-place reduce_scatter: ") + gs_last_error());
@@ -259,7 +201,7 @@ TEST_P(CollectivesTest, ReduceScatterAllGatherBroadcast) {
         // Allgather, out of place and in place.
         std::vector<uint8_t> mine(count * es + 1), all(count * n * es + 1);
         for (size_t i = 0; i < count; ++i)
-          store(mine.data(), t, i, value(GS_SUM, rank, i));
+          storeElement(mine.data(), t, i, value(GS_SUM, rank, i));
         if (gs_allgather(mine.data(), all.data(), count, t, comm, nullptr) != GS_OK) {
           f.add(std::string("allgather: ") + gs_last_error());
           return;
@@ -269,7 +211,7 @@ TEST_P(CollectivesTest, ReduceScatterAllGatherBroadcast) {
         });
         std::fill(all.begin(), all.end(), 0);
         for (size_t i = 0; i < count; ++i)
-          store(all.data() + rank * count * es, t, i, value(GS_SUM, rank, i));
+          storeElement(all.data() + rank * count * es, t, i, value(GS_SUM, rank, i));
         if (gs_allgather(all.data() + rank * count * es, all.data(), count, t, comm, nullptr) !=
             GS_OK) {
           f.add(std::string("in-place allgather: ") + gs_last_error());
@@ -282,7 +224,7 @@ TEST_P(CollectivesTest, ReduceScatterAllGatherBroadcast) {
         for (int root = 0; root < n; ++root) {
           std::vector<uint8_t> src(count * es + 1), dst(count * es + 1);
           for (size_t i = 0; i < count; ++i)
-            store(src.data(), t, i, value(GS_SUM, root, i));
+            storeElement(src.data(), t, i, value(GS_SUM, root, i));
           const void* in = rank == root ? src.data() : nullptr;
           if (gs_broadcast(in, dst.data(), count, t, root, comm, nullptr) != GS_OK) {
             f.add(std::string("broadcast: ") + gs_last_error());

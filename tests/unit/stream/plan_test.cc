@@ -12,8 +12,8 @@
 
 #include <gtest/gtest.h>
 
-#include "stream/schedule.h"
-#include "stream/topology.h"
+#include "schedules/schedule.h"
+#include "schedules/topology.h"
 #include "transport/memory.h"
 
 namespace gs::stream {

@@ -1,13 +1,13 @@
 // The alpha-beta-gamma model behind GS_ALGO=auto and gradstream-sim: the choices it must make.
 
-#include "stream/cost_model.h"
+#include "schedules/cost_model.h"
 
 #include <cmath>
 
 #include <gtest/gtest.h>
 
-#include "stream/schedule.h"
-#include "stream/topology.h"
+#include "schedules/schedule.h"
+#include "schedules/topology.h"
 
 namespace gs::stream {
 namespace {

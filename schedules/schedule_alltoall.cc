@@ -2,8 +2,8 @@
 #include <algorithm>
 
 #include "common/error.h"
-#include "stream/schedule.h"
-#include "stream/schedule_build.h"
+#include "schedules/schedule.h"
+#include "schedules/schedule_build.h"
 
 namespace gs::stream {
 

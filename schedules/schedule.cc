@@ -1,7 +1,7 @@
-#include "stream/schedule.h"
+#include "schedules/schedule.h"
 
 #include "common/error.h"
-#include "stream/schedule_build.h"
+#include "schedules/schedule_build.h"
 
 namespace gs::stream {
 

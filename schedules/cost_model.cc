@@ -1,4 +1,4 @@
-#include "stream/cost_model.h"
+#include "schedules/cost_model.h"
 
 #include <algorithm>
 #include <cmath>

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "stream/schedule.h"
+#include "schedules/schedule.h"
 
 namespace gs::stream::build {
 

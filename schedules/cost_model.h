@@ -2,8 +2,8 @@
 
 #include <string>
 
-#include "stream/schedule.h"
-#include "stream/topology.h"
+#include "schedules/schedule.h"
+#include "schedules/topology.h"
 
 namespace gs::stream {
 

@@ -1,4 +1,4 @@
-#include "stream/topology.h"
+#include "schedules/topology.h"
 
 #include <algorithm>
 #include <map>

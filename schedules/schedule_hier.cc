@@ -3,8 +3,8 @@
 #include <vector>
 
 #include "common/error.h"
-#include "stream/schedule.h"
-#include "stream/schedule_build.h"
+#include "schedules/schedule.h"
+#include "schedules/schedule_build.h"
 
 namespace gs::stream {
 

@@ -7,8 +7,8 @@
 
 #include <gtest/gtest.h>
 
-#include "stream/schedule.h"
-#include "tests/unit/stream/schedule_counts.h"
+#include "schedules/schedule.h"
+#include "tests/unit/schedules/schedule_counts.h"
 
 namespace gs::stream {
 namespace {

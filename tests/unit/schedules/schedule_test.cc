@@ -1,7 +1,7 @@
 // Ring / chain schedules: the library's symbolic checker over a wide grid, an independent
 // numeric interpreter written here (which also proves it can fail, on mutated schedules), and
 // ringSegment's partition property.
-#include "stream/schedule.h"
+#include "schedules/schedule.h"
 
 #include <cstdint>
 #include <functional>
@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
-#include "tests/unit/stream/schedule_counts.h"
+#include "tests/unit/schedules/schedule_counts.h"
 
 namespace gs::stream {
 namespace {

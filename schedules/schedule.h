@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/types.h"
-#include "stream/topology.h"
+#include "schedules/topology.h"
 
 namespace gs::stream {
 

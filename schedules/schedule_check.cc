@@ -6,7 +6,7 @@
 #include <map>
 #include <sstream>
 
-#include "stream/schedule.h"
+#include "schedules/schedule.h"
 
 namespace gs::stream {
 namespace {

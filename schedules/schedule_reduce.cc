@@ -1,7 +1,7 @@
 // Reduce to a root: the pipelined chain (bandwidth) and the binomial tree (latency).
 #include "common/error.h"
-#include "stream/schedule.h"
-#include "stream/schedule_build.h"
+#include "schedules/schedule.h"
+#include "schedules/schedule_build.h"
 
 namespace gs::stream {
 
