@@ -1,12 +1,13 @@
+// The accepting side of the socket handshake (Listener: reads hellos, checks them, acks),
+// the socket options both sides use, and the address blob published through the rendezvous.
+// The dialing side and establish() are in establish.cc.
 #include "transport/sockets/handshake.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
-#include <cerrno>
 #include <cstring>
-#include <thread>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -31,14 +32,6 @@ int sysctlInt(const char* path) {
     value = 0;
   fclose(f);
   return value;
-}
-
-// Poll slice while waiting in set-up: short enough to notice the deadline promptly.
-constexpr int kSetupPollMs = 50;
-
-int pollMs(const Deadline& deadline) {
-  int left = deadline.remainingMs();
-  return left < kSetupPollMs ? (left > 0 ? left : 0) : kSetupPollMs;
 }
 
 }  // namespace
@@ -246,182 +239,6 @@ bool Listener::take(int peer, std::vector<Socket>& out) {
     out.push_back(std::move(*s));
   stash_.erase(it);
   return true;
-}
-
-std::vector<Socket> dial(asio::io_context& io,
-                         Listener& listener,
-                         const HandshakeParams& params,
-                         int peer,
-                         const asio::ip::tcp::endpoint& endpoint,
-                         Deadline deadline) {
-  enum class State { kConnecting, kAwaitAck, kDone };
-  struct Dialed {
-    explicit Dialed(asio::io_context& ctx) : socket(ctx) {}
-    Socket socket;
-    State state = State::kConnecting;
-    Hello hello{};
-    alignas(8) uint8_t ack[sizeof(Ack)];
-    size_t got = 0;
-  };
-  const std::string where = endpointText(endpoint);
-  const int count = params.socketsPerPeer;
-  std::vector<std::unique_ptr<Dialed>> dialed;
-
-  auto startConnect = [&](Dialed& d) {
-    error_code ec;
-    if (d.socket.is_open())
-      d.socket.close(ec);
-    d.socket.open(endpoint.protocol(), ec);
-    GS_CHECK(!ec, Errc::kSystem, "tcp: cannot open a socket: %s", ec.message().c_str());
-    tuneSocket(d.socket);  // before connect, so the window scale covers the buffer
-    // Asio's synchronous connect blocks without a timeout even on a non-blocking socket, so
-    // connect(2) is called directly and completion is observed with poll().
-    int rc = ::connect(d.socket.native_handle(), endpoint.data(),
-                       static_cast<socklen_t>(endpoint.size()));
-    GS_CHECK(rc == 0 || errno == EINPROGRESS, Errc::kSystem, "tcp connect to rank %d (%s): %s",
-             peer, where.c_str(), strerror(errno));
-    d.state = State::kConnecting;
-    d.got = 0;
-  };
-  for (int i = 0; i < count; ++i) {
-    auto d = std::make_unique<Dialed>(io);
-    d->hello = Hello{kHelloMagic,
-                     kWireVersion,
-                     static_cast<uint16_t>(i),
-                     params.rank,
-                     peer,
-                     static_cast<uint16_t>(count),
-                     0,
-                     0,
-                     {}};
-    AuthTag tag = authTag(params.secret, kHelloDomain, &d->hello, kHelloSignedBytes);
-    std::memcpy(d->hello.mac, tag.data(), tag.size());
-    startConnect(*d);
-    dialed.push_back(std::move(d));
-  }
-
-  std::vector<pollfd> fds;
-  for (;;) {
-    int done = 0;
-    for (auto& d : dialed) {
-      if (d->state == State::kConnecting) {
-        int err = 0;
-        socklen_t len = sizeof(err);
-        pollfd probe{d->socket.native_handle(), POLLOUT, 0};
-        if (::poll(&probe, 1, 0) != 1)
-          continue;
-        getsockopt(d->socket.native_handle(), SOL_SOCKET, SO_ERROR, &err, &len);
-        if (err == ECONNREFUSED) {
-          // The listener exists before its blob is published, so a refusal means the peer's
-          // device is gone or not yet back; keep trying until the deadline.
-          GS_CHECK(!deadline.expired(), Errc::kTimeout,
-                   "tcp connect to rank %d (%s) timed out: connection refused", peer,
-                   where.c_str());
-          std::this_thread::sleep_for(std::chrono::milliseconds(10));
-          startConnect(*d);
-          continue;
-        }
-        GS_CHECK(err == 0, Errc::kRemote, "tcp connect to rank %d (%s): %s", peer, where.c_str(),
-                 strerror(err));
-        error_code ec;
-        size_t n = d->socket.write_some(asio::buffer(&d->hello, sizeof(Hello)), ec);
-        GS_CHECK(!ec && n == sizeof(Hello), Errc::kRemote,
-                 "tcp connect to rank %d (%s): cannot send the hello: %s", peer, where.c_str(),
-                 ec ? ec.message().c_str() : "short write");
-        d->state = State::kAwaitAck;
-      }
-      if (d->state == State::kAwaitAck) {
-        error_code ec;
-        size_t n = d->socket.read_some(asio::buffer(d->ack + d->got, sizeof(Ack) - d->got), ec);
-        if (ec == asio::error::would_block || ec == asio::error::try_again)
-          continue;
-        GS_CHECK(!ec, Errc::kRemote,
-                 "tcp connect to rank %d (%s): the peer closed the connection during the "
-                 "handshake (%s); check its log: it rejects peers without the communicator "
-                 "secret",
-                 peer, where.c_str(), ec.message().c_str());
-        d->got += n;
-        if (d->got < sizeof(Ack))
-          continue;
-        Ack ack;
-        std::memcpy(&ack, d->ack, sizeof(ack));
-        uint8_t signedBytes[kAckSignedBytes + sizeof(d->hello.mac)];
-        std::memcpy(signedBytes, &ack, kAckSignedBytes);
-        std::memcpy(signedBytes + kAckSignedBytes, d->hello.mac, sizeof(d->hello.mac));
-        AuthTag expected = authTag(params.secret, kAckDomain, signedBytes, sizeof(signedBytes));
-        AuthTag got;
-        std::memcpy(got.data(), ack.mac, got.size());
-        bool ok = ack.magic == kAckMagic && ack.version == kWireVersion &&
-                  ack.socketIndex == d->hello.socketIndex && ack.acceptorRank == peer &&
-                  ack.dialerRank == params.rank && tagsEqual(expected, got);
-        if (!ok) {
-          GS_LOG_WARN(
-              "rejected %s connection to rank %d (%s): invalid ack (wrong communicator "
-              "secret?)",
-              params.backend, peer, where.c_str());
-          throw Error(Errc::kRemote, formatString("%s connect to rank %d (%s): the peer failed "
-                                                  "authentication",
-                                                  params.backend, peer, where.c_str()));
-        }
-        d->state = State::kDone;
-      }
-      if (d->state == State::kDone)
-        ++done;
-    }
-    if (done == count)
-      break;
-    if (deadline.expired()) {
-      throw Error(Errc::kTimeout,
-                  formatString("tcp connect to rank %d (%s) timed out: %d of %d sockets "
-                               "acknowledged",
-                               peer, where.c_str(), done, count));
-    }
-    // Keep accepting others' hellos while we wait, so no cycle of waiting ranks can form.
-    listener.service();
-    fds.clear();
-    listener.appendPollFds(fds);
-    for (auto& d : dialed) {
-      if (d->state == State::kConnecting)
-        fds.push_back(pollfd{d->socket.native_handle(), POLLOUT, 0});
-      if (d->state == State::kAwaitAck)
-        fds.push_back(pollfd{d->socket.native_handle(), POLLIN, 0});
-    }
-    ::poll(fds.data(), fds.size(), pollMs(deadline));
-  }
-  std::vector<Socket> out;
-  for (auto& d : dialed)
-    out.push_back(std::move(d->socket));
-  return out;
-}
-
-std::vector<Socket> establish(asio::io_context& io,
-                              Listener& listener,
-                              const HandshakeParams& params,
-                              int peer,
-                              const asio::ip::tcp::endpoint& endpoint,
-                              Deadline deadline) {
-  if (params.rank > peer)
-    return dial(io, listener, params, peer, endpoint, deadline);
-  std::vector<Socket> sockets;
-  std::vector<pollfd> fds;
-  const auto start = Clock::now();
-  for (;;) {
-    listener.service();
-    if (listener.take(peer, sockets))
-      return sockets;
-    if (deadline.expired()) {
-      auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
-      throw Error(
-          Errc::kTimeout,
-          formatString("connect to rank %d (%s) timed out after %lld ms waiting for it "
-                       "to dial in (%d of %d sockets arrived)",
-                       peer, endpointText(endpoint).c_str(), static_cast<long long>(waited.count()),
-                       listener.arrived(peer), params.socketsPerPeer));
-    }
-    fds.clear();
-    listener.appendPollFds(fds);
-    ::poll(fds.data(), fds.size(), pollMs(deadline));
-  }
 }
 
 std::vector<uint8_t> endpointBlob(const asio::ip::tcp::endpoint& ep, int rank) {

@@ -5,6 +5,8 @@
 // liveness channel). It lives here, not in either backend, so neither includes the other's
 // private headers. Messages about the peer's verdict name HandshakeParams::backend; those about
 // the sockets themselves say "tcp", the protocol they speak whichever backend asked.
+// Implemented in handshake.cc (Listener, tuneSocket, the address blob) and establish.cc (dial,
+// establish).
 
 #include <poll.h>
 
