@@ -11,4 +11,11 @@ namespace gs::support {
 /// launcher or test may simply try again.
 int freeLoopbackPort();
 
+/// The first of `n` consecutive loopback ports that are all free now, for code that binds
+/// base + local rank (GS_METRICS_ADDRESS). Picked below the kernel's ephemeral range (32768 and
+/// up by default), so outgoing connections of other processes, which take ephemeral ports at
+/// any moment, cannot land on them between this check and the bind: a port found by binding
+/// port 0 is ephemeral, and its neighbour was taken that way in a CI run. -1 if none found.
+int freeLoopbackPortRun(int n);
+
 }  // namespace gs::support

@@ -11,6 +11,7 @@
 
 #include "gradstream/build_config.h"
 #include "monitoring/metrics.h"
+#include "tools/support/loopback_port.h"
 
 namespace gs::monitoring {
 namespace {
@@ -121,16 +122,10 @@ TEST(Exporter, ServesMetricsWithValuesAndLabels) {
 
 TEST(Exporter, LocalRanksGetDifferentPorts) {
   REQUIRE_EXPORTER();
-  // Find a free pair of ports by binding ephemeral first, then use base port offsets.
-  Config probe;
-  probe.metricsAddress = "127.0.0.1:0";
-  int base;
-  {
-    Metrics p(probe, 0, 1, 0, "tcp");
-    base = portOf(p.exporterAddress());
-  }
-  if (base > 65000)
-    base = 40000 + base % 20000;
+  // Two consecutive free ports outside the ephemeral range (see freeLoopbackPortRun: the old
+  // probe's ephemeral port had a neighbour another process's connection could take).
+  const int base = support::freeLoopbackPortRun(2);
+  ASSERT_GT(base, 0) << "no two consecutive free loopback ports";
   Config cfg;
   cfg.metricsAddress = "127.0.0.1:" + std::to_string(base);
   Metrics r0(cfg, 0, 2, 0, "tcp");
@@ -157,13 +152,8 @@ TEST(Exporter, EphemeralPortsDiffer) {
 
 TEST(Exporter, CommunicatorsOfOneProcessShareAnAddress) {
   REQUIRE_EXPORTER();
-  Config probe;
-  probe.metricsAddress = "127.0.0.1:0";
-  int port;
-  {
-    Metrics p(probe, 0, 1, 0, "tcp");
-    port = portOf(p.exporterAddress());
-  }
+  const int port = support::freeLoopbackPortRun(1);  // not ephemeral: see the test above
+  ASSERT_GT(port, 0);
   Config cfg;
   cfg.metricsAddress = "127.0.0.1:" + std::to_string(port);
   Metrics a(cfg, 0, 2, 0, "tcp");
