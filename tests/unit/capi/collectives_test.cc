@@ -14,7 +14,7 @@
 
 #include <gtest/gtest.h>
 
-#include "codecs/half.h"
+#include "format/half.h"
 #include "gradstream/gradstream.h"
 #include "unit/capi/rank_threads.h"
 
@@ -57,10 +57,10 @@ void store(void* b, gs_dtype_t t, size_t i, double v) {
       static_cast<double*>(b)[i] = v;
       break;
     case GS_FLOAT16:
-      static_cast<uint16_t*>(b)[i] = codecs::floatToHalf(static_cast<float>(v));
+      static_cast<uint16_t*>(b)[i] = format::floatToHalf(static_cast<float>(v));
       break;
     case GS_BFLOAT16:
-      static_cast<uint16_t*>(b)[i] = codecs::floatToBf16(static_cast<float>(v));
+      static_cast<uint16_t*>(b)[i] = format::floatToBf16(static_cast<float>(v));
       break;
     case GS_INT32:
       static_cast<int32_t*>(b)[i] = static_cast<int32_t>(v);
@@ -81,9 +81,9 @@ double load(const void* b, gs_dtype_t t, size_t i) {
     case GS_FLOAT64:
       return static_cast<const double*>(b)[i];
     case GS_FLOAT16:
-      return codecs::halfToFloat(static_cast<const uint16_t*>(b)[i]);
+      return format::halfToFloat(static_cast<const uint16_t*>(b)[i]);
     case GS_BFLOAT16:
-      return codecs::bf16ToFloat(static_cast<const uint16_t*>(b)[i]);
+      return format::bf16ToFloat(static_cast<const uint16_t*>(b)[i]);
     case GS_INT32:
       return static_cast<const int32_t*>(b)[i];
     case GS_INT64:
@@ -114,9 +114,9 @@ double reference(gs_dtype_t t, gs_redop_t op, int n, size_t i) {
     if (t == GS_FLOAT32)
       acc = static_cast<float>(acc);
     if (t == GS_FLOAT16)
-      acc = codecs::halfToFloat(codecs::floatToHalf(static_cast<float>(acc)));
+      acc = format::halfToFloat(format::floatToHalf(static_cast<float>(acc)));
     if (t == GS_BFLOAT16)
-      acc = codecs::bf16ToFloat(codecs::floatToBf16(static_cast<float>(acc)));
+      acc = format::bf16ToFloat(format::floatToBf16(static_cast<float>(acc)));
   }
   return acc;
 }
