@@ -134,28 +134,23 @@ int main(int argc, char** argv) {
     });
     row(std::string("encode ") + text, sec, bytes + wire, !topk);
 
+    // The chunk the decoders read (encoded into chunkP above).
+    const EncodedChunk encoded{.codec = id,
+                               .dtype = DataType::kFloat32,
+                               .count = n,
+                               .bytes = chunkP,
+                               .metaBytes = es.metaBytes,
+                               .payloadBytes = es.payloadBytes};
     sec = timer.time(s, iters, [&] {
-      codec->decodeReduce({.codec = id,
-                           .dtype = DataType::kFloat32,
-                           .count = n,
-                           .bytes = chunkP,
-                           .metaBytes = es.metaBytes,
-                           .payloadBytes = es.payloadBytes},
-                          {ReduceOp::kSum, operand, false}, dst, cs);
+      codec->decodeReduce(encoded, {ReduceOp::kSum, operand, false}, dst, cs);
     });
     row(std::string("decode+sum ") + text, sec, wire + 2.0 * bytes, !topk);
 
     if (spec.id != gs::format::CodecId::kRaw) {
       EncodedSize written{};
       sec = timer.time(s, iters, [&] {
-        codec->decodeReduceEncode({.codec = id,
-                                   .dtype = DataType::kFloat32,
-                                   .count = n,
-                                   .bytes = chunkP,
-                                   .metaBytes = es.metaBytes,
-                                   .payloadBytes = es.payloadBytes},
-                                  {ReduceOp::kSum, operand}, static_cast<uint8_t*>(out), 2, scratch,
-                                  cs, &written);
+        codec->decodeReduceEncode(encoded, {ReduceOp::kSum, operand}, static_cast<uint8_t*>(out), 2,
+                                  scratch, cs, &written);
       });
       row(std::string("hop decode+sum+encode ") + text, sec, wire + bytes + wire, !topk);
 

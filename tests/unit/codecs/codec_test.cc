@@ -296,22 +296,18 @@ TEST(Codecs, TruncatedOversizedAndHostileInputsAreRejected) {
     const uint32_t m = e.size.metaBytes, p = e.size.payloadBytes;
     std::vector<uint8_t> big(e.wire);
     big.resize(big.size() + 8192, 0);
-    auto dec = [&](uint32_t mm, uint32_t pp, size_t cnt) {
+    auto decodeAs = [&](const std::vector<uint8_t>& bytes, uint32_t mm, uint32_t pp, size_t cnt) {
       return c->decode({.dtype = DataType::kFloat32,
                         .count = cnt,
-                        .bytes = big.data(),
+                        .bytes = bytes.data(),
                         .metaBytes = mm,
                         .payloadBytes = pp},
                        dst.data());
     };
-    // The valid sizes over bytes altered in place (a content check must catch it).
+    // Sizes that do not match the chunk; the valid sizes over bytes altered in place.
+    auto dec = [&](uint32_t mm, uint32_t pp, size_t cnt) { return decodeAs(big, mm, pp, cnt); };
     auto decodeAltered = [&](const std::vector<uint8_t>& bytes) {
-      return c->decode({.dtype = DataType::kFloat32,
-                        .count = n,
-                        .bytes = bytes.data(),
-                        .metaBytes = m,
-                        .payloadBytes = p},
-                       dst.data());
+      return decodeAs(bytes, m, p, n);
     };
     EXPECT_EQ(dec(m, p, n), nullptr);
     EXPECT_NE(dec(m, p - 1, n), nullptr) << name;
