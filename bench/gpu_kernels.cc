@@ -20,6 +20,7 @@ using gs::DataType;
 using gs::ReduceOp;
 using gs::codecs::CodecSpec;
 using gs::codecs::DeviceCodec;
+using gs::codecs::EncodedChunk;
 using gs::codecs::EncodedSize;
 
 void check(cudaError_t e, const char* what) {

@@ -133,12 +133,12 @@ std::vector<uint8_t> randomData(DataType t, size_t n, uint32_t seed, bool specia
         memcpy(out.data() + 8 * i, &v, 8);
         break;
       case DataType::kFloat16: {
-        const uint16_t h = floatToHalf(static_cast<float>(v));
+        const uint16_t h = format::floatToHalf(static_cast<float>(v));
         memcpy(out.data() + 2 * i, &h, 2);
         break;
       }
       case DataType::kBFloat16: {
-        const uint16_t h = floatToBf16(static_cast<float>(v));
+        const uint16_t h = format::floatToBf16(static_cast<float>(v));
         memcpy(out.data() + 2 * i, &h, 2);
         break;
       }

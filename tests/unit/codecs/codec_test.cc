@@ -20,6 +20,12 @@ namespace gs::codecs {
 
 using format::CodecId;
 using format::kNumCodecIds;
+namespace math = format::math;
+using format::bf16ToFloat;
+using format::floatBits;
+using format::floatToBf16;
+using format::floatToHalf;
+using format::halfToFloat;
 
 namespace {
 
