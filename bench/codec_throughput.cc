@@ -79,9 +79,13 @@ int main(int argc, char** argv) {
     const double decS = bestSeconds(reps, [&] {
       for (size_t c = 0; c < chunks; ++c) {
         const size_t off = c * chunk, cnt = std::min(chunk, n - off);
-        const char* why = codec->decodeReduce(
-            DataType::kFloat32, ReduceOp::kSum, wire.data() + c * slot, sizes[c].metaBytes,
-            sizes[c].payloadBytes, cnt, dst.data() + off, dst.data() + off, false);
+        const char* why =
+            codec->decodeReduce({.dtype = DataType::kFloat32,
+                                 .count = cnt,
+                                 .bytes = wire.data() + c * slot,
+                                 .metaBytes = sizes[c].metaBytes,
+                                 .payloadBytes = sizes[c].payloadBytes},
+                                {ReduceOp::kSum, dst.data() + off, false}, dst.data() + off);
         if (why) {
           std::fprintf(stderr, "%s: %s\n", name, why);
           std::exit(1);

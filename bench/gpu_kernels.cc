@@ -20,6 +20,7 @@ using gs::DataType;
 using gs::ReduceOp;
 using gs::codecs::CodecSpec;
 using gs::codecs::DeviceCodec;
+using gs::codecs::EncodedChunk;
 using gs::codecs::EncodedSize;
 
 void check(cudaError_t e, const char* what) {
@@ -122,7 +123,7 @@ int main(int argc, char** argv) {
   for (const char* text : kSpecs) {
     const CodecSpec spec = CodecSpec::parse(text);
     auto codec = DeviceCodec::create(spec);
-    const bool topk = spec.id == gs::codecs::CodecId::kTopK;
+    const bool topk = spec.id == gs::format::CodecId::kTopK;
     const uint8_t id = static_cast<uint8_t>(spec.id);
     const EncodedSize es = codec->encodedSize(DataType::kFloat32, n);
     const double wire = static_cast<double>(es.metaBytes) + es.payloadBytes;
@@ -134,17 +135,22 @@ int main(int argc, char** argv) {
     });
     row(std::string("encode ") + text, sec, bytes + wire, !topk);
 
+    // The chunk the decoders read (encoded into chunkP above).
+    const EncodedChunk encoded{.codec = id,
+                               .dtype = DataType::kFloat32,
+                               .count = n,
+                               .bytes = chunkP,
+                               .metaBytes = es.metaBytes,
+                               .payloadBytes = es.payloadBytes};
     sec = timer.time(s, iters, [&] {
-      codec->decodeReduce(DataType::kFloat32, ReduceOp::kSum, chunkP, id, es.metaBytes,
-                          es.payloadBytes, n, operand, dst, false, cs);
+      codec->decodeReduce(encoded, {ReduceOp::kSum, operand, false}, dst, cs);
     });
     row(std::string("decode+sum ") + text, sec, wire + 2.0 * bytes, !topk);
 
-    if (spec.id != gs::codecs::CodecId::kRaw) {
+    if (spec.id != gs::format::CodecId::kRaw) {
       EncodedSize written{};
       sec = timer.time(s, iters, [&] {
-        codec->decodeReduceEncode(DataType::kFloat32, ReduceOp::kSum, chunkP, id, es.metaBytes,
-                                  es.payloadBytes, n, operand, static_cast<uint8_t*>(out), 2,
+        codec->decodeReduceEncode(encoded, {ReduceOp::kSum, operand}, static_cast<uint8_t*>(out), 2,
                                   scratch, cs, &written);
       });
       row(std::string("hop decode+sum+encode ") + text, sec, wire + bytes + wire, !topk);

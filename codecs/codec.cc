@@ -4,13 +4,16 @@
 
 #include <cstring>
 
-#include "codecs/block_math.h"
 #include "codecs/cpu_kernels.h"
 #include "codecs/decoding_codec.h"
 #include "codecs/reduce.h"
 #include "common/error.h"
+#include "format/block_math.h"
 
 namespace gs::codecs {
+
+using format::CodecId;
+using format::kNumCodecIds;
 
 std::unique_ptr<Codec> makeTopKCodec(float fraction);  // topk.cc
 
@@ -62,36 +65,30 @@ class RawCodec final : public Codec {
       std::memcpy(out, src, bytes);
     return EncodedSize{0, static_cast<uint32_t>(bytes)};
   }
-  const char* decode(DataType dtype,
-                     const uint8_t* in,
-                     uint32_t meta,
-                     uint32_t payload,
-                     size_t count,
-                     void* dst) const override {
-    if (const char* why = checkEncodedSizes(0, dtype, count, meta, payload))
+  const char* decode(const EncodedChunk& in, void* dst) const override {
+    if (const char* why = checkSizes(in))
       return why;
-    if (payload != 0)
-      std::memcpy(dst, in, payload);
+    if (in.payloadBytes != 0)
+      std::memcpy(dst, in.bytes, in.payloadBytes);
     return nullptr;
   }
-  const char* decodeReduce(DataType dtype,
-                           ReduceOp op,
-                           const uint8_t* in,
-                           uint32_t meta,
-                           uint32_t payload,
-                           size_t count,
-                           const void* operand,
-                           void* dst,
-                           bool incomingFirst) const override {
-    if (const char* why = checkEncodedSizes(0, dtype, count, meta, payload))
+  const char* decodeReduce(const EncodedChunk& in,
+                           const Reduction& reduction,
+                           void* dst) const override {
+    if (const char* why = checkSizes(in))
       return why;
-    if (!isValid(op))
+    if (!isValid(reduction.op))
       return "invalid reduction op";
-    if (incomingFirst)
-      reduceInto(dtype, op, dst, in, operand, count);
+    if (reduction.incomingFirst)
+      reduceInto(in.dtype, reduction.op, dst, in.bytes, reduction.operand, in.count);
     else
-      reduceInto(dtype, op, dst, operand, in, count);
+      reduceInto(in.dtype, reduction.op, dst, reduction.operand, in.bytes, in.count);
     return nullptr;
+  }
+
+ private:
+  static const char* checkSizes(const EncodedChunk& in) {
+    return checkEncodedSizes(0, in.dtype, in.count, in.metaBytes, in.payloadBytes);
   }
 };
 
@@ -117,7 +114,8 @@ class CpuCodec final : public DecodingCodec {
     // fp16/bf16 have no metadata (and out may be null for count 0): no pointer arithmetic.
     uint8_t* scales = isBlock(id_) ? out + 4 : out;
     uint8_t* payload = isBlock(id_) ? out + meta : out;
-    cpu::kernels().encode(fmt_, dtype, src, count, block_, scales, payload, sr_, math::srKey(seed));
+    cpu::kernels().encode(fmt_, dtype, src, count, block_, scales, payload, sr_,
+                          format::math::srKey(seed));
     return EncodedSize{meta, static_cast<uint32_t>(payloadFor(id_, count))};
   }
 
@@ -126,17 +124,13 @@ class CpuCodec final : public DecodingCodec {
     return isBlock(id_) ? 4 + 4 * ((count + block_ - 1) / block_) : 0;
   }
 
-  const char* run(DataType dtype,
-                  bool reduce,
-                  ReduceOp op,
-                  const uint8_t* in,
-                  uint32_t meta,
-                  uint32_t payload,
-                  size_t count,
-                  const void* operand,
-                  void* dst,
-                  bool first) const override {
-    if (const char* why = checkEncodedSizes(static_cast<uint8_t>(id_), dtype, count, meta, payload))
+  const char* run(const EncodedChunk& chunk, const Reduction* reduction, void* dst) const override {
+    const uint8_t* in = chunk.bytes;
+    const uint32_t meta = chunk.metaBytes;
+    const uint32_t payload = chunk.payloadBytes;
+    const size_t count = chunk.count;
+    if (const char* why =
+            checkEncodedSizes(static_cast<uint8_t>(id_), chunk.dtype, count, meta, payload))
       return why;
     uint32_t block = 0;
     if (isBlock(id_)) {
@@ -159,8 +153,10 @@ class CpuCodec final : public DecodingCodec {
       return "int4 padding nibble after an odd element count is not zero";
     const uint8_t* scales = isBlock(id_) ? in + 4 : in;
     const uint8_t* payloadAt = isBlock(id_) ? in + meta : in;
-    cpu::kernels().decode(fmt_, dtype, reduce, op, first, scales, block, payloadAt, count, operand,
-                          dst);
+    const Reduction none;  // plain decode: the loops ignore op and operand
+    const Reduction& r = reduction != nullptr ? *reduction : none;
+    cpu::kernels().decode(fmt_, chunk.dtype, reduction != nullptr, r.op, r.incomingFirst, scales,
+                          block, payloadAt, count, r.operand, dst);
     return nullptr;
   }
 

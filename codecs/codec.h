@@ -42,19 +42,18 @@
 #include <memory>
 #include <string>
 
-#include "codecs/chunk_header.h"  // CodecId
 #include "common/types.h"
+#include "format/chunk_header.h"  // format::CodecId
 
 namespace gs::codecs {
 
-inline constexpr int kNumCodecIds = 8;
-const char* codecIdName(CodecId id);  // "raw", "fp16", ... ("unknown" otherwise)
+const char* codecIdName(format::CodecId id);  // "raw", "fp16", ... ("unknown" otherwise)
 
 /// A codec as users write it: "raw", "fp16", "bf16", "fp8e4m3", "fp8e5m2", "int8", "int4",
 /// "topk:<fraction>" (0 < fraction <= 1), with comma-separated options ",sr" (stochastic
 /// rounding; not for raw or topk) and ",block=N" (block codecs, 8 <= N <= 65536).
 struct CodecSpec {
-  CodecId id = CodecId::kRaw;
+  format::CodecId id = format::CodecId::kRaw;
   bool stochastic = false;
   uint32_t blockSize = 256;
   float topkFraction = 0.01f;
@@ -70,13 +69,37 @@ struct EncodedSize {
   uint32_t payloadBytes;
 };
 
+/// One chunk's encoded elements as they lie in memory, what follows its ChunkHeader: count
+/// elements of dtype, written by codec `codec` as metaBytes of metadata then payloadBytes of
+/// encoded elements at `bytes` (metaBytes + payloadBytes readable). Comes from the wire, so
+/// every decoder validates it before use.
+struct EncodedChunk {
+  uint8_t codec = 0;  // the header's codec byte: DeviceCodec decodes by it; callers pick the
+                      // CPU Codec by it (a Codec decodes as its own id())
+  DataType dtype = DataType::kFloat32;
+  size_t count = 0;
+  const uint8_t* bytes = nullptr;
+  uint32_t metaBytes = 0;
+  uint32_t payloadBytes = 0;
+};
+
+/// How decodeReduce combines decoded values with an operand: dst[i] = op(operand[i],
+/// decoded[i]), or op(decoded[i], operand[i]) when incomingFirst (it matters only for which NaN
+/// min/max return). operand may equal dst. kAvg reduces as a sum (the caller divides at the
+/// end, as for raw).
+struct Reduction {
+  ReduceOp op = ReduceOp::kSum;
+  const void* operand = nullptr;
+  bool incomingFirst = false;
+};
+
 /// Encodes and decodes chunks of one codec. Stateless and thread-safe: one instance per spec is
 /// shared by every thread. Decoding depends only on the bytes (block size, k travel in them), so
 /// any instance of a codec id decodes what any other instance of that id encoded.
 class Codec {
  public:
   virtual ~Codec() = default;
-  virtual CodecId id() const = 0;
+  virtual format::CodecId id() const = 0;
   /// Upper bound of metaBytes + payloadBytes for count elements of dtype; never more than
   /// count * elementSize(dtype) + 4096 for a dtype the codec supports.
   virtual size_t maxEncodedBytes(DataType dtype, size_t count) const = 0;
@@ -87,27 +110,13 @@ class Codec {
   /// supported. No allocation.
   virtual EncodedSize encode(
       DataType dtype, const void* src, size_t count, uint8_t* out, uint64_t seed) const = 0;
-  /// Validates metaBytes/payloadBytes against count and the metadata's content (in holds
-  /// metaBytes + payloadBytes readable bytes); returns a static reason on failure (dst untouched),
-  /// nullptr after writing dst[i] = decoded[i].
-  virtual const char* decode(DataType dtype,
-                             const uint8_t* in,
-                             uint32_t metaBytes,
-                             uint32_t payloadBytes,
-                             size_t count,
-                             void* dst) const = 0;
-  /// As decode, then dst[i] = op(operand[i], decoded[i]) (op(decoded[i], operand[i]) when
-  /// incomingFirst; it matters only for which NaN min/max return). operand may equal dst. kAvg
-  /// reduces as a sum (the caller divides at the end, as for raw).
-  virtual const char* decodeReduce(DataType dtype,
-                                   ReduceOp op,
-                                   const uint8_t* in,
-                                   uint32_t metaBytes,
-                                   uint32_t payloadBytes,
-                                   size_t count,
-                                   const void* operand,
-                                   void* dst,
-                                   bool incomingFirst) const = 0;
+  /// Validates the chunk's sizes against its count and the metadata's content; returns a static
+  /// reason on failure (dst untouched), nullptr after writing dst[i] = decoded[i].
+  virtual const char* decode(const EncodedChunk& in, void* dst) const = 0;
+  /// As decode, then reduces into dst as `reduction` says.
+  virtual const char* decodeReduce(const EncodedChunk& in,
+                                   const Reduction& reduction,
+                                   void* dst) const = 0;
 };
 
 /// The codec for a spec. Throws gs::Error(kInvalidArgument) for an invalid spec.

@@ -9,6 +9,10 @@
 #include "common/error.h"
 
 namespace gs::codecs {
+
+using format::CodecId;
+using format::kNumCodecIds;
+
 namespace {
 
 constexpr const char* kKnown = "raw, fp16, bf16, fp8e4m3, fp8e5m2, int8, int4, topk:<fraction>";

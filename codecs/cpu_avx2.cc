@@ -7,8 +7,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "codecs/block_math.h"
 #include "codecs/cpu_kernels.h"
+#include "format/block_math.h"
 
 #if defined(__x86_64__)
 #define GS_CPU_AVX2 1

@@ -5,8 +5,8 @@
 #include <cpuid.h>
 #endif
 
-#include "codecs/block_math.h"
 #include "codecs/cpu_kernels.h"
+#include "format/block_math.h"
 
 namespace gs::codecs::cpu {
 namespace {

@@ -2,8 +2,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "codecs/block_math.h"
 #include "codecs/cpu_kernels.h"
+#include "format/block_math.h"
 
 #define GS_CPU_AVX2 0
 

@@ -2,9 +2,9 @@
 // (GS_HAVE_CUDA 0) the factory reports kUnsupported and buffers are always host buffers.
 #include "codecs/device_codec.h"
 
-#include "codecs/block_math.h"
 #include "codecs/topk_keep.h"
 #include "common/error.h"
+#include "format/block_math.h"
 #include "gradstream/build_config.h"
 
 #if GS_HAVE_CUDA
@@ -12,6 +12,9 @@
 #endif
 
 namespace gs::codecs {
+
+using format::CodecId;
+
 const char* bufferLocationName(BufferLocation location) {
   switch (location) {
     case BufferLocation::kHost:
@@ -72,7 +75,7 @@ kernels::EncodeArgs encodeArgs(const CodecSpec& spec,
   a.topkK = spec.id == CodecId::kTopK ? topkKeep(spec.topkFraction, dtype, count) : 0;
   a.count = count;
   a.out = out;
-  a.srKey = math::srKey(seed);
+  a.srKey = format::math::srKey(seed);
   a.decodedOut = feedback.decoded;
   a.residualOut = feedback.residual;
   a.residualFactor = feedback.residualFactor;
@@ -80,20 +83,19 @@ kernels::EncodeArgs encodeArgs(const CodecSpec& spec,
 }
 
 // The decode half of a launch: what arrived and how many elements it holds.
-kernels::DecodeArgs decodeArgs(uint8_t codec,
-                               DataType dtype,
-                               const uint8_t* in,
-                               uint32_t metaBytes,
-                               uint32_t payloadBytes,
-                               size_t count) {
+kernels::DecodeArgs decodeArgs(const EncodedChunk& in) {
   kernels::DecodeArgs a;
-  a.codec = static_cast<CodecId>(codec);
-  a.dtype = dtype;
-  a.in = in;
-  a.metaBytes = metaBytes;
-  a.payloadBytes = payloadBytes;
-  a.count = count;
+  a.codec = static_cast<CodecId>(in.codec);
+  a.dtype = in.dtype;
+  a.in = in.bytes;
+  a.metaBytes = in.metaBytes;
+  a.payloadBytes = in.payloadBytes;
+  a.count = in.count;
   return a;
+}
+
+const char* checkSizes(const EncodedChunk& in) {
+  return checkEncodedSizes(in.codec, in.dtype, in.count, in.metaBytes, in.payloadBytes);
 }
 
 }  // namespace
@@ -146,74 +148,54 @@ EncodedSize DeviceCodec::encode(DataType dtype,
   return encodedSize(dtype, count);
 }
 
-const char* DeviceCodec::decode(DataType dtype,
-                                const uint8_t* in,
-                                uint8_t codec,
-                                uint32_t metaBytes,
-                                uint32_t payloadBytes,
-                                size_t count,
-                                void* dst,
-                                CUstream_st* stream) {
-  if (const char* why = checkEncodedSizes(codec, dtype, count, metaBytes, payloadBytes))
+const char* DeviceCodec::decode(const EncodedChunk& in, void* dst, CUstream_st* stream) {
+  if (const char* why = checkSizes(in))
     return why;
-  kernels::DecodeArgs a = decodeArgs(codec, dtype, in, metaBytes, payloadBytes, count);
+  kernels::DecodeArgs a = decodeArgs(in);
   a.dst = dst;
   kernels::launchDecode(a, state_->workspace, stream);
   return nullptr;
 }
 
-const char* DeviceCodec::decodeReduce(DataType dtype,
-                                      ReduceOp op,
-                                      const uint8_t* in,
-                                      uint8_t codec,
-                                      uint32_t metaBytes,
-                                      uint32_t payloadBytes,
-                                      size_t count,
-                                      const void* operand,
+const char* DeviceCodec::decodeReduce(const EncodedChunk& in,
+                                      const Reduction& reduction,
                                       void* dst,
-                                      bool incomingFirst,
                                       CUstream_st* stream) {
-  if (const char* why = checkEncodedSizes(codec, dtype, count, metaBytes, payloadBytes))
+  if (const char* why = checkSizes(in))
     return why;
-  if (!isValid(op))
+  if (!isValid(reduction.op))
     return "invalid reduction op";
-  kernels::DecodeArgs a = decodeArgs(codec, dtype, in, metaBytes, payloadBytes, count);
+  kernels::DecodeArgs a = decodeArgs(in);
   a.reduce = true;
-  a.op = op;
-  a.incomingFirst = incomingFirst;
-  a.operand = operand;
+  a.op = reduction.op;
+  a.incomingFirst = reduction.incomingFirst;
+  a.operand = reduction.operand;
   a.dst = dst;
   kernels::launchDecode(a, state_->workspace, stream);
   return nullptr;
 }
 
-const char* DeviceCodec::decodeReduceEncode(DataType dtype,
-                                            ReduceOp op,
-                                            const uint8_t* in,
-                                            uint8_t codec,
-                                            uint32_t metaBytes,
-                                            uint32_t payloadBytes,
-                                            size_t count,
-                                            const void* operand,
+const char* DeviceCodec::decodeReduceEncode(const EncodedChunk& in,
+                                            const Reduction& reduction,
                                             uint8_t* out,
                                             uint64_t seed,
                                             void* scratch,
                                             CUstream_st* stream,
                                             EncodedSize* written,
                                             const DeviceFeedback& feedback) {
-  if (const char* why = checkEncodedSizes(codec, dtype, count, metaBytes, payloadBytes))
+  if (const char* why = checkSizes(in))
     return why;
-  if (!isValid(op))
+  if (!isValid(reduction.op))
     return "invalid reduction op";
-  GS_CHECK(supports(dtype), Errc::kInvalidArgument, "codec %s cannot encode %s (use raw)",
-           codecIdName(spec_.id), dataTypeName(dtype));
-  kernels::DecodeArgs d = decodeArgs(codec, dtype, in, metaBytes, payloadBytes, count);
+  GS_CHECK(supports(in.dtype), Errc::kInvalidArgument, "codec %s cannot encode %s (use raw)",
+           codecIdName(spec_.id), dataTypeName(in.dtype));
+  kernels::DecodeArgs d = decodeArgs(in);
   d.reduce = true;
-  d.op = op;
-  d.operand = operand;
-  const kernels::EncodeArgs e = encodeArgs(spec_, dtype, count, out, seed, feedback);
+  d.op = reduction.op;
+  d.operand = reduction.operand;
+  const kernels::EncodeArgs e = encodeArgs(spec_, in.dtype, in.count, out, seed, feedback);
   kernels::launchDecodeReduceEncode(d, e, scratch, state_->workspace, stream);
-  *written = encodedSize(dtype, count);
+  *written = encodedSize(in.dtype, in.count);
   return nullptr;
 }
 
@@ -247,31 +229,14 @@ EncodedSize DeviceCodec::encode(
   GS_CHECK(false, Errc::kUnsupported, "%s", deviceUnavailableReason());
   return {};
 }
-const char* DeviceCodec::decode(
-    DataType, const uint8_t*, uint8_t, uint32_t, uint32_t, size_t, void*, CUstream_st*) {
+const char* DeviceCodec::decode(const EncodedChunk&, void*, CUstream_st*) {
   return deviceUnavailableReason();
 }
-const char* DeviceCodec::decodeReduce(DataType,
-                                      ReduceOp,
-                                      const uint8_t*,
-                                      uint8_t,
-                                      uint32_t,
-                                      uint32_t,
-                                      size_t,
-                                      const void*,
-                                      void*,
-                                      bool,
-                                      CUstream_st*) {
+const char* DeviceCodec::decodeReduce(const EncodedChunk&, const Reduction&, void*, CUstream_st*) {
   return deviceUnavailableReason();
 }
-const char* DeviceCodec::decodeReduceEncode(DataType,
-                                            ReduceOp,
-                                            const uint8_t*,
-                                            uint8_t,
-                                            uint32_t,
-                                            uint32_t,
-                                            size_t,
-                                            const void*,
+const char* DeviceCodec::decodeReduceEncode(const EncodedChunk&,
+                                            const Reduction&,
                                             uint8_t*,
                                             uint64_t,
                                             void*,

@@ -56,7 +56,7 @@ class DeviceCodec {
   DeviceCodec(const DeviceCodec&) = delete;
   DeviceCodec& operator=(const DeviceCodec&) = delete;
 
-  CodecId id() const { return spec_.id; }
+  format::CodecId id() const { return spec_.id; }
   const CodecSpec& spec() const { return spec_; }
   bool supports(DataType dtype) const;
   /// The exact sizes encode() writes for count elements of dtype (host arithmetic, the CPU
@@ -75,40 +75,21 @@ class DeviceCodec {
                      CUstream_st* stream,
                      const DeviceFeedback& feedback = {});
 
-  /// As Codec::decode / decodeReduce, for a chunk of any codec id in device memory (in) and
-  /// device buffers. Returns a static reason for a size mismatch (nothing enqueued).
-  const char* decode(DataType dtype,
-                     const uint8_t* in,
-                     uint8_t codec,
-                     uint32_t metaBytes,
-                     uint32_t payloadBytes,
-                     size_t count,
-                     void* dst,
-                     CUstream_st* stream);
-  const char* decodeReduce(DataType dtype,
-                           ReduceOp op,
-                           const uint8_t* in,
-                           uint8_t codec,
-                           uint32_t metaBytes,
-                           uint32_t payloadBytes,
-                           size_t count,
-                           const void* operand,
+  /// As Codec::decode / decodeReduce, for a chunk of any codec id (in.codec) in device memory
+  /// and device buffers. Returns a static reason for a size mismatch (nothing enqueued).
+  const char* decode(const EncodedChunk& in, void* dst, CUstream_st* stream);
+  const char* decodeReduce(const EncodedChunk& in,
+                           const Reduction& reduction,
                            void* dst,
-                           bool incomingFirst,
                            CUstream_st* stream);
 
   /// Ring reduce-scatter hop: encodes op(operand, decode(in)) (rounded to dtype) with this
   /// codec into out, fused in one pass when the incoming chunk has this codec (else through
   /// scratch: count elements of dtype in device memory). out must not overlap the input.
-  /// *written receives the encoded sizes. Returns a static reason for a size mismatch.
-  const char* decodeReduceEncode(DataType dtype,
-                                 ReduceOp op,
-                                 const uint8_t* in,
-                                 uint8_t codec,
-                                 uint32_t metaBytes,
-                                 uint32_t payloadBytes,
-                                 size_t count,
-                                 const void* operand,
+  /// reduction.incomingFirst does not apply (a hop reduces the operand first). *written receives
+  /// the encoded sizes. Returns a static reason for a size mismatch.
+  const char* decodeReduceEncode(const EncodedChunk& in,
+                                 const Reduction& reduction,
                                  uint8_t* out,
                                  uint64_t seed,
                                  void* scratch,

@@ -3,8 +3,8 @@
 // Device memory as the collectives' staging path sees it: where a buffer lives, pinned host
 // memory, asynchronous copies and events on a caller's stream. A plain C++ interface (no CUDA
 // headers; streams are struct CUstream_st*, ABI-identical to cudaStream_t): the CUDA runtime
-// implements it (kernels/, GS_HAVE_CUDA builds), and tests drive the staging logic with a host
-// fake where no GPU exists.
+// implements it (device_memory.cc over kernels/device_memory.h, GS_HAVE_CUDA builds), and tests
+// drive the staging logic with a host fake where no GPU exists.
 //
 // Every copy and record only enqueues work on the given stream, ordered after what the caller
 // enqueued there before; only done() looks at the device's progress (without waiting).

@@ -2,16 +2,16 @@
 #include <cstring>
 
 #include "codecs/codec.h"
-#include "codecs/half.h"
+#include "format/half.h"
 
 namespace gs::codecs {
 namespace {
 
 float load16(DataType t, uint16_t v) {
-  return t == DataType::kFloat16 ? halfToFloat(v) : bf16ToFloat(v);
+  return t == DataType::kFloat16 ? format::halfToFloat(v) : format::bf16ToFloat(v);
 }
 uint16_t store16(DataType t, float v) {
-  return t == DataType::kFloat16 ? floatToHalf(v) : floatToBf16(v);
+  return t == DataType::kFloat16 ? format::floatToHalf(v) : format::floatToBf16(v);
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 #include <cstdint>
 
 #include "codecs/codec.h"
-#include "codecs/half.h"
+#include "format/half.h"
 
 namespace gs::codecs {
 namespace {
@@ -15,9 +15,9 @@ double load(DataType t, const void* p, size_t i) {
     case DataType::kFloat64:
       return static_cast<const double*>(p)[i];
     case DataType::kFloat16:
-      return halfToFloat(static_cast<const uint16_t*>(p)[i]);
+      return format::halfToFloat(static_cast<const uint16_t*>(p)[i]);
     case DataType::kBFloat16:
-      return bf16ToFloat(static_cast<const uint16_t*>(p)[i]);
+      return format::bf16ToFloat(static_cast<const uint16_t*>(p)[i]);
     default:
       return 0;
   }

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "codecs/half.h"
+#include "format/half.h"
 
 namespace gs::codecs {
 namespace {
@@ -64,13 +64,13 @@ struct Native {
 };
 struct Half {
   using Compute = float;
-  static float load(uint16_t v) { return halfToFloat(v); }
-  static uint16_t store(float v) { return floatToHalf(v); }
+  static float load(uint16_t v) { return format::halfToFloat(v); }
+  static uint16_t store(float v) { return format::floatToHalf(v); }
 };
 struct BFloat {
   using Compute = float;
-  static float load(uint16_t v) { return bf16ToFloat(v); }
-  static uint16_t store(float v) { return floatToBf16(v); }
+  static float load(uint16_t v) { return format::bf16ToFloat(v); }
+  static uint16_t store(float v) { return format::floatToBf16(v); }
 };
 
 template <class Storage, class Conv, class Op>

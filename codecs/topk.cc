@@ -8,11 +8,14 @@
 
 #include "codecs/codec.h"
 #include "codecs/decoding_codec.h"
-#include "codecs/half.h"
 #include "codecs/topk_keep.h"
 #include "common/error.h"
+#include "format/half.h"
 
 namespace gs::codecs {
+
+using format::CodecId;
+
 namespace {
 
 struct TF32 {
@@ -31,17 +34,17 @@ struct TF16 {
   using T = uint16_t;
   using C = float;
   static C load(const T* p, size_t i) {
-    const float f = halfToFloat(p[i]);
-    uint32_t u = floatBits(f);
-    return (u & 0x7fffffffu) > 0x7f800000u ? bitsFloat(u | 0x00400000u) : f;
+    const float f = format::halfToFloat(p[i]);
+    uint32_t u = format::floatBits(f);
+    return (u & 0x7fffffffu) > 0x7f800000u ? format::bitsFloat(u | 0x00400000u) : f;
   }
-  static void store(T* p, size_t i, C v) { p[i] = floatToHalf(v); }
+  static void store(T* p, size_t i, C v) { p[i] = format::floatToHalf(v); }
 };
 struct TBF16 {
   using T = uint16_t;
   using C = float;
-  static C load(const T* p, size_t i) { return bf16ToFloat(p[i]); }
-  static void store(T* p, size_t i, C v) { p[i] = floatToBf16(v); }
+  static C load(const T* p, size_t i) { return format::bf16ToFloat(p[i]); }
+  static void store(T* p, size_t i, C v) { p[i] = format::floatToBf16(v); }
 };
 
 template <class C>
@@ -62,7 +65,7 @@ C applyOp(ReduceOp op, C a, C b) {
 
 template <class D>
 uint32_t keyAt(const typename D::T* s, size_t i) {
-  return floatBits(static_cast<float>(D::load(s, i))) & 0x7fffffffu;
+  return format::floatBits(static_cast<float>(D::load(s, i))) & 0x7fffffffu;
 }
 
 /// Finds the k-th largest key (k >= 1) by three 11/11/10-bit histogram passes.
@@ -220,18 +223,12 @@ class TopKCodec final : public DecodingCodec {
   }
 
  private:
-  const char* run(DataType dtype,
-                  bool reduce,
-                  ReduceOp op,
-                  const uint8_t* in,
-                  uint32_t meta,
-                  uint32_t payload,
-                  size_t count,
-                  const void* operand,
-                  void* dst,
-                  bool first) const override {
-    if (const char* why =
-            checkEncodedSizes(static_cast<uint8_t>(CodecId::kTopK), dtype, count, meta, payload))
+  const char* run(const EncodedChunk& chunk, const Reduction* reduction, void* dst) const override {
+    const uint8_t* in = chunk.bytes;
+    const uint32_t meta = chunk.metaBytes;
+    const size_t count = chunk.count;
+    if (const char* why = checkEncodedSizes(static_cast<uint8_t>(CodecId::kTopK), chunk.dtype,
+                                            count, meta, chunk.payloadBytes))
       return why;
     const uint32_t k = meta / 4;
     // Indices come from the wire: strictly increasing (no duplicates) and inside the chunk.
@@ -246,18 +243,21 @@ class TopKCodec final : public DecodingCodec {
       prev = i;
     }
     const uint8_t* val = in + meta;
-    switch (dtype) {
+    const Reduction none;  // plain decode: decodeT ignores op and operand
+    const Reduction& r = reduction != nullptr ? *reduction : none;
+    const bool reduce = reduction != nullptr;
+    switch (chunk.dtype) {
       case DataType::kFloat32:
-        decodeT<TF32>(reduce, op, first, in, val, k, count, operand, dst);
+        decodeT<TF32>(reduce, r.op, r.incomingFirst, in, val, k, count, r.operand, dst);
         break;
       case DataType::kFloat64:
-        decodeT<TF64>(reduce, op, first, in, val, k, count, operand, dst);
+        decodeT<TF64>(reduce, r.op, r.incomingFirst, in, val, k, count, r.operand, dst);
         break;
       case DataType::kFloat16:
-        decodeT<TF16>(reduce, op, first, in, val, k, count, operand, dst);
+        decodeT<TF16>(reduce, r.op, r.incomingFirst, in, val, k, count, r.operand, dst);
         break;
       case DataType::kBFloat16:
-        decodeT<TBF16>(reduce, op, first, in, val, k, count, operand, dst);
+        decodeT<TBF16>(reduce, r.op, r.incomingFirst, in, val, k, count, r.operand, dst);
         break;
       default:
         return "codec does not support this dtype";

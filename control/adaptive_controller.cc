@@ -52,7 +52,7 @@ std::vector<codecs::CodecSpec> parseCodecLadder(const std::string& ladder,
   GS_CHECK(!out.empty(), Errc::kInvalidArgument, "GS_CODEC_LADDER is empty");
   if (floor.empty())
     return out;
-  const codecs::CodecId floorId = codecs::CodecSpec::parse(floor).id;
+  const format::CodecId floorId = codecs::CodecSpec::parse(floor).id;
   auto it = std::find_if(out.begin(), out.end(),
                          [&](const codecs::CodecSpec& s) { return s.id == floorId; });
   GS_CHECK(it != out.end(), Errc::kInvalidArgument,
@@ -65,7 +65,7 @@ std::vector<codecs::CodecSpec> parseCodecLadder(const std::string& ladder,
 AdaptiveController::AdaptiveController(const Config& config, const std::vector<int>& peers)
     : ladder_(parseCodecLadder(config.codecLadder, config.codecFloor)) {
   for (const codecs::CodecSpec& spec : ladder_)
-    codecs_.push_back(spec.id == codecs::CodecId::kRaw ? nullptr : codecs::makeCodec(spec));
+    codecs_.push_back(spec.id == format::CodecId::kRaw ? nullptr : codecs::makeCodec(spec));
   CodecPolicyConfig pc;
   pc.rungs = rungs();
   pc.chunkMinBytes = config.chunkMinBytes;

@@ -113,7 +113,7 @@ std::unique_ptr<Communicator> Communicator::create(int nranks,
     parseCodecLadder(config.codecLadder, config.codecFloor);  // fail before connecting
   } else {
     const codecs::CodecSpec spec = codecs::CodecSpec::parse(config.codec);
-    if (spec.id != codecs::CodecId::kRaw)
+    if (spec.id != format::CodecId::kRaw)
       comm->codec_ = codecs::makeCodec(spec);
   }
   comm->connect(id);

@@ -6,11 +6,12 @@
 #include <cstring>
 #include <memory>
 
-#include "codecs/chunk_header.h"
+#include "codecs/chunk_validation.h"
 #include "codecs/codec.h"
 
 using namespace gs;
 using namespace gs::codecs;
+using namespace gs::format;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < sizeof(ChunkHeader) + 4)
@@ -54,6 +55,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto codec = makeCodec(spec);
   const auto dt = static_cast<DataType>(h.dtype);
   std::unique_ptr<uint8_t[]> dst(new uint8_t[h.elementCount * elementSize(dt) + 1]);
-  (void)codec->decode(dt, in.get(), h.metaBytes, h.payloadBytes, h.elementCount, dst.get());
+  (void)codec->decode({.dtype = dt,
+                       .count = h.elementCount,
+                       .bytes = in.get(),
+                       .metaBytes = h.metaBytes,
+                       .payloadBytes = h.payloadBytes},
+                      dst.get());
   return 0;
 }

@@ -16,6 +16,7 @@
 
 using namespace gs;
 using namespace gs::codecs;
+using namespace gs::format;
 
 namespace {
 
@@ -73,8 +74,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::unique_ptr<uint8_t[]> dst(new uint8_t[count * es + 1]);
   std::unique_ptr<uint8_t[]> operand(new uint8_t[count * es + 1]);
   std::memset(operand.get(), 0x3c, count * es + 1);
-  (void)c.decode(dt, in.get(), meta, payload, count, dst.get());
-  (void)c.decodeReduce(dt, op, in.get(), meta, payload, count, operand.get(),
-                       inPlace ? operand.get() : dst.get(), first);
+  (void)c.decode(
+      {.dtype = dt, .count = count, .bytes = in.get(), .metaBytes = meta, .payloadBytes = payload},
+      dst.get());
+  (void)c.decodeReduce(
+      {.dtype = dt, .count = count, .bytes = in.get(), .metaBytes = meta, .payloadBytes = payload},
+      {op, operand.get(), first}, inPlace ? operand.get() : dst.get());
   return 0;
 }

@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(kThreads) rawReduceKernel(const typename D::T*
 namespace detail {
 namespace {
 
-using codecs::CodecId;
+using format::CodecId;
 
 template <class D, CodecId F>
 void decodeWith(const dev::DecodeParams& p, cudaStream_t stream) {

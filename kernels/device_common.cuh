@@ -8,20 +8,20 @@
 
 #include <cuda_runtime.h>
 
-#include "codecs/block_math.h"
-#include "codecs/half.h"
 #include "common/types.h"
+#include "format/block_math.h"
+#include "format/half.h"
 #include "kernels/launch_config.h"
 
 namespace gs::kernels::dev {
 
-namespace math = ::gs::codecs::math;
-using ::gs::codecs::bf16ToFloat;
-using ::gs::codecs::bitsFloat;
-using ::gs::codecs::floatBits;
-using ::gs::codecs::floatToBf16;
-using ::gs::codecs::floatToHalf;
-using ::gs::codecs::halfToFloat;
+namespace math = ::gs::format::math;
+using ::gs::format::bf16ToFloat;
+using ::gs::format::bitsFloat;
+using ::gs::format::floatBits;
+using ::gs::format::floatToBf16;
+using ::gs::format::floatToHalf;
+using ::gs::format::halfToFloat;
 
 // ---- dtypes: storage T, arithmetic C, residual R ----------------------------------------------
 // load/store: the codecs' conversions (cpu_loops.inc DF*); rawLoad: codecs/reduce.cc's;

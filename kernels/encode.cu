@@ -12,18 +12,18 @@ void encodeFor(const EncodeArgs& a, cudaStream_t stream) {
   const dev::EncodeParams p = dev::encodeParams(a, nullptr);
   const SrcLoader<D> ld{static_cast<const typename D::T*>(a.src), alignmentOf(a.src)};
   switch (a.codec) {
-    case codecs::CodecId::kFp16:
-      return dev::launchEncodeKernel<D, codecs::CodecId::kFp16>(p, ld, stream);
-    case codecs::CodecId::kBf16:
-      return dev::launchEncodeKernel<D, codecs::CodecId::kBf16>(p, ld, stream);
-    case codecs::CodecId::kFp8E4M3:
-      return dev::launchEncodeKernel<D, codecs::CodecId::kFp8E4M3>(p, ld, stream);
-    case codecs::CodecId::kFp8E5M2:
-      return dev::launchEncodeKernel<D, codecs::CodecId::kFp8E5M2>(p, ld, stream);
-    case codecs::CodecId::kInt8:
-      return dev::launchEncodeKernel<D, codecs::CodecId::kInt8>(p, ld, stream);
-    case codecs::CodecId::kInt4:
-      return dev::launchEncodeKernel<D, codecs::CodecId::kInt4>(p, ld, stream);
+    case format::CodecId::kFp16:
+      return dev::launchEncodeKernel<D, format::CodecId::kFp16>(p, ld, stream);
+    case format::CodecId::kBf16:
+      return dev::launchEncodeKernel<D, format::CodecId::kBf16>(p, ld, stream);
+    case format::CodecId::kFp8E4M3:
+      return dev::launchEncodeKernel<D, format::CodecId::kFp8E4M3>(p, ld, stream);
+    case format::CodecId::kFp8E5M2:
+      return dev::launchEncodeKernel<D, format::CodecId::kFp8E5M2>(p, ld, stream);
+    case format::CodecId::kInt8:
+      return dev::launchEncodeKernel<D, format::CodecId::kInt8>(p, ld, stream);
+    case format::CodecId::kInt4:
+      return dev::launchEncodeKernel<D, format::CodecId::kInt4>(p, ld, stream);
     default:
       GS_CHECK(false, Errc::kInternal, "encodeCodec: codec %d has no element kernel",
                static_cast<int>(a.codec));

@@ -1,14 +1,14 @@
 #pragma once
 
 // Device traits of the wire formats: how a group of kGroup elements is written and read. The
-// element math is codecs/block_math.h's, exactly as cpu_loops.inc uses it. Private to kernels/.
+// element math is format/block_math.h's, exactly as cpu_loops.inc uses it. Private to kernels/.
 
-#include "codecs/chunk_header.h"
+#include "format/chunk_header.h"
 #include "kernels/device_common.cuh"
 
 namespace gs::kernels::dev {
 
-using codecs::CodecId;
+using format::CodecId;
 
 /// Error codes of the status word (see runtime.cc for the messages, in the CPU's order).
 enum StatusCode : uint32_t {

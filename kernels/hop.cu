@@ -7,7 +7,7 @@
 namespace gs::kernels::detail {
 namespace {
 
-using codecs::CodecId;
+using format::CodecId;
 
 template <class D, CodecId F>
 void hopWith(const DecodeArgs& in, const EncodeArgs& out, uint64_t* status, cudaStream_t stream) {

@@ -6,7 +6,7 @@
 // Every launcher only enqueues work on the given stream: no host synchronization, no
 // allocation (the Workspace is sized beforehand), results ordered after earlier work on that
 // stream. Wire layouts are exactly the CPU codecs' (codecs/codec.h), and the arithmetic is
-// codecs/block_math.h's, so outputs are bit-identical to the CPU path (NaN payloads aside: GPU
+// format/block_math.h's, so outputs are bit-identical to the CPU path (NaN payloads aside: GPU
 // arithmetic on a NaN yields the canonical NaN where x86 keeps the operand's payload).
 //
 // Content errors of incoming chunks (bad block size, negative/infinite scale, int4 padding,
@@ -18,8 +18,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "codecs/chunk_header.h"  // CodecId
 #include "common/types.h"
+#include "format/chunk_header.h"  // CodecId
 
 struct CUstream_st;
 
@@ -73,7 +73,7 @@ size_t topkWorkspaceBytes(uint64_t count, uint64_t k);
 /// codecs/device_codec.cc). Error feedback in the same pass: decodedOut (dtype) receives
 /// decode(encode(x)) and residualOut (float32, float64 for float64) (x - decoded) * factor.
 struct EncodeArgs {
-  codecs::CodecId codec = codecs::CodecId::kRaw;
+  format::CodecId codec = format::CodecId::kRaw;
   DataType dtype = DataType::kFloat32;
   bool stochastic = false;
   uint32_t blockSize = 256;
@@ -81,7 +81,7 @@ struct EncodeArgs {
   const void* src = nullptr;
   size_t count = 0;
   uint8_t* out = nullptr;  // metadata then payload
-  uint32_t srKey = 0;      // codecs::math::srKey(seed)
+  uint32_t srKey = 0;      // format::math::srKey(seed)
   void* decodedOut = nullptr;
   void* residualOut = nullptr;
   double residualFactor = 1.0;
@@ -91,7 +91,7 @@ struct EncodeArgs {
 /// op(decoded, operand) when incomingFirst). operand may equal dst. metaBytes/payloadBytes must
 /// have passed codecs::checkEncodedSizes.
 struct DecodeArgs {
-  codecs::CodecId codec = codecs::CodecId::kRaw;
+  format::CodecId codec = format::CodecId::kRaw;
   DataType dtype = DataType::kFloat32;
   bool reduce = false;
   ReduceOp op = ReduceOp::kSum;
@@ -117,6 +117,6 @@ void launchDecodeReduceEncode(
     const DecodeArgs& in, const EncodeArgs& out, void* scratch, Workspace& ws, CUstream_st* stream);
 
 /// Whether launchDecodeReduceEncode runs in one pass (no scratch needed) for these codecs.
-bool hopIsFused(codecs::CodecId in, codecs::CodecId out);
+bool hopIsFused(format::CodecId in, format::CodecId out);
 
 }  // namespace gs::kernels

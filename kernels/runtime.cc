@@ -4,7 +4,7 @@
 #include <mutex>
 #include <utility>
 
-#include "codecs/chunk_header.h"
+#include "format/chunk_header.h"
 #include "kernels/cuda_check.h"
 #include "kernels/detail.h"
 #include "kernels/launch.h"
@@ -13,7 +13,7 @@
 namespace gs::kernels {
 namespace {
 
-using codecs::CodecId;
+using format::CodecId;
 
 constexpr uint64_t kStatusOk = ~uint64_t{0};
 

@@ -8,10 +8,10 @@
 #include <array>
 #include <cstring>
 
-#include "codecs/chunk_header.h"
 #include "codecs/reduce.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "format/chunk_header.h"
 #include "stream/engine_run.h"
 #include "stream/plan.h"
 
@@ -42,9 +42,9 @@ Engine::Engine(int rank,
     devices_.push_back(&device_);
   for (transport::Device* d : devices_)
     registrationPinsMemory_ |= d->properties().registrationPinsMemory;
-  for (int id = 0; id < codecs::kNumCodecIds; ++id) {
+  for (int id = 0; id < format::kNumCodecIds; ++id) {
     codecs::CodecSpec spec;
-    spec.id = static_cast<codecs::CodecId>(id);
+    spec.id = static_cast<format::CodecId>(id);
     decoders_[id] = codecs::makeCodec(spec);
   }
 }

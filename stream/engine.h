@@ -160,7 +160,7 @@ class Engine {
   std::array<transport::Completion, 64> completions_;
   // Decoders by codec id (decoding depends only on the chunk's bytes) and room for one chunk of
   // reduced values between decode and re-encode.
-  std::array<std::unique_ptr<codecs::Codec>, codecs::kNumCodecIds> decoders_;
+  std::array<std::unique_ptr<codecs::Codec>, format::kNumCodecIds> decoders_;
   // Two chunk-sized buffers for compressed chunks (decode/reduce, then re-encode or decode-back),
   // allocated on first use: raw collectives never need them.
   std::array<std::vector<uint8_t>, 2> scratch_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "codecs/chunk_validation.h"
 #include "codecs/reduce.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -14,10 +15,10 @@ namespace gs::stream {
 // collectives, counts, ops or dtypes on different ranks): the cause, naming both ranks and
 // both values, as every rank will report it; "" when the chunk is not of that kind. The
 // header is untrusted: the name functions answer "unknown" for values out of range.
-std::string Engine::Run::callMismatch(const codecs::ChunkHeader& h,
+std::string Engine::Run::callMismatch(const format::ChunkHeader& h,
                                       int peer,
                                       uint64_t expectedTotal) const {
-  if (h.magic != codecs::kChunkMagic || h.version != codecs::kChunkVersion)
+  if (h.magic != format::kChunkMagic || h.version != format::kChunkVersion)
     return "";
   const int me = engine.rank_;
   if (h.collective != static_cast<uint8_t>(args.kind)) {
@@ -60,21 +61,25 @@ std::string Engine::Run::callMismatch(const codecs::ChunkHeader& h,
 // place; ring hops reduce into the slot and, in a compressed collective, re-encode there.
 void Engine::Run::applyChunk(Link& link,
                              RecvOp& op,
-                             const codecs::ChunkHeader& h,
+                             const format::ChunkHeader& h,
                              uint8_t* payload) {
   const codecs::Codec& dec = engine.decoder(h.codec);
+  const codecs::EncodedChunk in{.codec = h.codec,
+                                .dtype = args.dtype,
+                                .count = op.count,
+                                .bytes = payload,
+                                .metaBytes = h.metaBytes,
+                                .payloadBytes = h.payloadBytes};
   const char* why = nullptr;
   switch (op.action) {
     case RecvAction::kCopy:
-      why = dec.decode(args.dtype, payload, h.metaBytes, h.payloadBytes, op.count, op.dst);
+      why = dec.decode(in, op.dst);
       break;
     case RecvAction::kReduce:
-      why = dec.decodeReduce(args.dtype, args.op, payload, h.metaBytes, h.payloadBytes, op.count,
-                             op.dst, op.dst, false);
+      why = dec.decodeReduce(in, {args.op, op.dst, false}, op.dst);
       break;
     case RecvAction::kReduceWith:
-      why = dec.decodeReduce(args.dtype, args.op, payload, h.metaBytes, h.payloadBytes, op.count,
-                             op.operand, op.dst, op.incomingFirst);
+      why = dec.decodeReduce(in, {args.op, op.operand, op.incomingFirst}, op.dst);
       break;
     case RecvAction::kReduceToSlot: {
       // The sum leaves encoded with the codec of the link that forwards it; raw steps (and raw
@@ -83,20 +88,18 @@ void Engine::Run::applyChunk(Link& link,
           op.raw
               ? nullptr
               : (op.forwardedOn >= 0 ? codecOn(static_cast<size_t>(op.forwardedOn)) : args.codec);
-      if (out == nullptr && h.codec == static_cast<uint8_t>(codecs::CodecId::kRaw)) {
+      if (out == nullptr && h.codec == static_cast<uint8_t>(format::CodecId::kRaw)) {
         // Raw in, raw out: reduce in the slot itself (decodeReduce allows dst == its input).
-        why = dec.decodeReduce(args.dtype, args.op, payload, h.metaBytes, h.payloadBytes, op.count,
-                               op.operand, payload, false);
+        why = dec.decodeReduce(in, {args.op, op.operand, false}, payload);
         break;
       }
       uint8_t* scratch = engine.scratch(0);
-      why = dec.decodeReduce(args.dtype, args.op, payload, h.metaBytes, h.payloadBytes, op.count,
-                             op.operand, scratch, false);
+      why = dec.decodeReduce(in, {args.op, op.operand, false}, scratch);
       if (why == nullptr) {
         if (out == nullptr) {
           // Raw collective (or raw step) receiving a compressed chunk: forward the sum raw.
           memcpy(payload, scratch, op.count * elementSize);
-          op.slotCodec = static_cast<uint8_t>(codecs::CodecId::kRaw);
+          op.slotCodec = static_cast<uint8_t>(format::CodecId::kRaw);
           op.slotMetaBytes = 0;
           op.slotPayloadBytes = static_cast<uint32_t>(op.count * elementSize);
         } else {
@@ -109,7 +112,7 @@ void Engine::Run::applyChunk(Link& link,
   if (why != nullptr) {
     fail(Errc::kRemote, link.peer(),
          formatString("invalid %s chunk from rank %d (step %u, chunk %u): %s",
-                      codecs::codecIdName(static_cast<codecs::CodecId>(h.codec)), link.peer(),
+                      codecs::codecIdName(static_cast<format::CodecId>(h.codec)), link.peer(),
                       op.step, op.chunkIndex, why));
   }
 }
@@ -132,7 +135,7 @@ void Engine::Run::reencode(RecvOp& op,
   op.slotPayloadBytes = size.payloadBytes;
   const bool sample = sampleError(codec);
   if (args.residual != nullptr || sample) {
-    codecs::ChunkHeader h{};
+    format::ChunkHeader h{};
     h.codec = op.slotCodec;
     h.metaBytes = size.metaBytes;
     h.payloadBytes = size.payloadBytes;
@@ -158,7 +161,7 @@ bool Engine::Run::processRecvs(size_t li) {
     if (arrived == Link::kNotArrived || !satisfied(op.depBegin, op.depEnd))
       break;
     uint8_t* base = link.slot(slot);
-    codecs::ChunkHeader h;
+    format::ChunkHeader h;
     memcpy(&h, base, sizeof(h));
     const uint64_t total = totalCountOf(op.stepCount);
     codecs::ChunkExpectation e{collectiveId,
@@ -183,7 +186,7 @@ bool Engine::Run::processRecvs(size_t li) {
                         static_cast<unsigned long long>(h.totalCount), h.elementCount,
                         static_cast<size_t>(total), op.count));
     }
-    uint8_t* payload = base + sizeof(codecs::ChunkHeader);
+    uint8_t* payload = base + sizeof(format::ChunkHeader);
     op.slotCodec = h.codec;
     op.slotMetaBytes = h.metaBytes;
     op.slotPayloadBytes = h.payloadBytes;

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "codecs/chunk_header.h"
+#include "format/chunk_header.h"
 #include "stream/engine.h"
 #include "stream/failure_notice.h"
 #include "stream/plan.h"
@@ -104,7 +104,7 @@ struct Engine::Run {
   void execute();
 
   // Send path (engine_send.cc): headers, encoding (error feedback, sampled error), posting.
-  void fillHeader(codecs::ChunkHeader* h,
+  void fillHeader(format::ChunkHeader* h,
                   const SendOp& op,
                   uint64_t seq,
                   uint8_t codecId,
@@ -113,13 +113,13 @@ struct Engine::Run {
   uint64_t seedOf(const SendOp& op) const;
   bool postSends(size_t li);
   void onSendComplete(size_t li, size_t index);
-  void decodeOwn(const codecs::ChunkHeader* h,
+  void decodeOwn(const format::ChunkHeader* h,
                  const uint8_t* encoded,
                  uint32_t count,
                  uint8_t* out);
   bool sampleError(const codecs::Codec& codec) const;
   void recordError(LinkRun& lr,
-                   codecs::CodecId id,
+                   format::CodecId id,
                    const void* values,
                    const void* decoded,
                    uint32_t count) const;
@@ -127,13 +127,13 @@ struct Engine::Run {
   void* residualAt(const void* element) const;
 
   // Receive path (engine_recv.cc): validating, decoding, reducing, re-encoding hops, credits.
-  std::string callMismatch(const codecs::ChunkHeader& h, int peer, uint64_t expectedTotal) const;
+  std::string callMismatch(const format::ChunkHeader& h, int peer, uint64_t expectedTotal) const;
   // The chunk header's totalCount: the call's count, except an all-to-all's, whose pairs move
   // different counts (alltoallv): there it is the pair's, so each end checks the other's.
   uint64_t totalCountOf(uint64_t stepCount) const {
     return args.kind == CollectiveKind::kAllToAll ? stepCount : args.count;
   }
-  void applyChunk(Link& link, RecvOp& op, const codecs::ChunkHeader& h, uint8_t* payload);
+  void applyChunk(Link& link, RecvOp& op, const format::ChunkHeader& h, uint8_t* payload);
   void reencode(RecvOp& op,
                 const codecs::Codec& codec,
                 const uint8_t* values,

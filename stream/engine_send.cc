@@ -10,15 +10,15 @@
 
 namespace gs::stream {
 
-void Engine::Run::fillHeader(codecs::ChunkHeader* h,
+void Engine::Run::fillHeader(format::ChunkHeader* h,
                              const SendOp& op,
                              uint64_t seq,
                              uint8_t codecId,
                              uint32_t metaBytes,
                              uint32_t payloadBytes) const {
   memset(h, 0, sizeof(*h));
-  h->magic = codecs::kChunkMagic;
-  h->version = codecs::kChunkVersion;
+  h->magic = format::kChunkMagic;
+  h->version = format::kChunkVersion;
   h->codec = codecId;
   h->dtype = static_cast<uint8_t>(args.dtype);
   h->collectiveId = collectiveId;
@@ -67,17 +67,17 @@ bool Engine::Run::postSends(size_t li) {
       uint8_t* out = link.encodeStaging(slot);
       const uint64_t encodeStart = nowNs();
       const codecs::EncodedSize size = codec->encode(args.dtype, op.source, op.count,
-                                                     out + sizeof(codecs::ChunkHeader), seedOf(op));
+                                                     out + sizeof(format::ChunkHeader), seedOf(op));
       if (lr.counters != nullptr)
         lr.counters->addEncodeTime(nowNs() - encodeStart);
-      fillHeader(reinterpret_cast<codecs::ChunkHeader*>(out), op, seq,
+      fillHeader(reinterpret_cast<format::ChunkHeader*>(out), op, seq,
                  static_cast<uint8_t>(codec->id()), size.metaBytes, size.payloadBytes);
       wireBytes = size.metaBytes + size.payloadBytes;
       segs[0] = {&link.encodeRegion(), slot * link.layout().slotBytes(),
-                 sizeof(codecs::ChunkHeader) + wireBytes};
+                 sizeof(format::ChunkHeader) + wireBytes};
     } else {
-      auto* h = reinterpret_cast<codecs::ChunkHeader*>(link.headerStaging(slot));
-      segs[0] = {&link.headerRegion(), slot * 64, sizeof(codecs::ChunkHeader)};
+      auto* h = reinterpret_cast<format::ChunkHeader*>(link.headerStaging(slot));
+      segs[0] = {&link.headerRegion(), slot * 64, sizeof(format::ChunkHeader)};
       if (op.forwardLink >= 0) {
         // Exactly the bytes that arrived (or were re-encoded) in the receive slot.
         LinkRun& from = links[op.forwardLink];
@@ -86,11 +86,11 @@ bool Engine::Run::postSends(size_t li) {
         wireBytes = src.slotMetaBytes + src.slotPayloadBytes;
         const size_t fslot = from.link->slotOf(from.recvBase + op.forwardIndex);
         segs[1] = {&from.link->recvSlotsRegion(),
-                   fslot * from.link->layout().slotBytes() + sizeof(codecs::ChunkHeader),
+                   fslot * from.link->layout().slotBytes() + sizeof(format::ChunkHeader),
                    wireBytes};
       } else {
         wireBytes = static_cast<uint32_t>(op.count * elementSize);
-        fillHeader(h, op, seq, static_cast<uint8_t>(codecs::CodecId::kRaw), 0, wireBytes);
+        fillHeader(h, op, seq, static_cast<uint8_t>(format::CodecId::kRaw), 0, wireBytes);
         segs[1] = {op.region, op.regionOffset, wireBytes};
       }
       nsegs = wireBytes > 0 ? 2 : 1;
@@ -108,8 +108,8 @@ bool Engine::Run::postSends(size_t li) {
     if (encode && (op.replica != nullptr || args.residual != nullptr || sample)) {
       const uint8_t* enc = link.encodeStaging(slot);
       uint8_t* decoded = engine.scratch(1);
-      decodeOwn(reinterpret_cast<const codecs::ChunkHeader*>(enc),
-                enc + sizeof(codecs::ChunkHeader), op.count, decoded);
+      decodeOwn(reinterpret_cast<const format::ChunkHeader*>(enc),
+                enc + sizeof(format::ChunkHeader), op.count, decoded);
       if (sample)
         recordError(lr, codec->id(), op.source, decoded, op.count);
       if (args.residual != nullptr) {
@@ -131,17 +131,17 @@ bool Engine::Run::postSends(size_t li) {
     lr.logicalBytesSent += op.count * elementSize;
     if (lr.counters != nullptr) {
       lr.counters->onChunkSent(
-          op.count * elementSize, sizeof(codecs::ChunkHeader) + wireBytes,
+          op.count * elementSize, sizeof(format::ChunkHeader) + wireBytes,
           encode
               ? static_cast<int>(codec->id())
               : static_cast<int>(
-                    reinterpret_cast<const codecs::ChunkHeader*>(link.headerStaging(slot))->codec));
+                    reinterpret_cast<const format::ChunkHeader*>(link.headerStaging(slot))->codec));
       if (lr.creditBlockedSinceNs != 0)
         lr.counters->addCreditWait(op.postedNs - lr.creditBlockedSinceNs);
     }
     lr.creditBlockedSinceNs = 0;
     engine.stats_.chunksSent++;
-    engine.stats_.bytesSent += sizeof(codecs::ChunkHeader) + wireBytes;
+    engine.stats_.bytesSent += sizeof(format::ChunkHeader) + wireBytes;
     engine.stats_.bytesLogical += op.count * elementSize;
     progress = true;
   }
@@ -165,24 +165,29 @@ void Engine::Run::onSendComplete(size_t li, size_t index) {
 }
 
 // Decodes a chunk this rank encoded itself (cannot fail unless the codec is broken).
-void Engine::Run::decodeOwn(const codecs::ChunkHeader* h,
+void Engine::Run::decodeOwn(const format::ChunkHeader* h,
                             const uint8_t* encoded,
                             uint32_t count,
                             uint8_t* out) {
-  if (const char* why = engine.decoder(h->codec).decode(args.dtype, encoded, h->metaBytes,
-                                                        h->payloadBytes, count, out))
+  const codecs::EncodedChunk own{.codec = h->codec,
+                                 .dtype = args.dtype,
+                                 .count = count,
+                                 .bytes = encoded,
+                                 .metaBytes = h->metaBytes,
+                                 .payloadBytes = h->payloadBytes};
+  if (const char* why = engine.decoder(h->codec).decode(own, out))
     fail(Errc::kInternal, engine.rank_, formatString("own chunk does not decode: %s", why));
 }
 
 // Numerics guardrail: every errorSampleEvery_-th lossy chunk is decoded back and compared.
 bool Engine::Run::sampleError(const codecs::Codec& codec) const {
-  if (codec.id() == codecs::CodecId::kRaw || engine.errorSampleEvery_ == 0)
+  if (codec.id() == format::CodecId::kRaw || engine.errorSampleEvery_ == 0)
     return false;
   return engine.lossyChunks_++ % engine.errorSampleEvery_ == 0;
 }
 
 void Engine::Run::recordError(LinkRun& lr,
-                              codecs::CodecId id,
+                              format::CodecId id,
                               const void* values,
                               const void* decoded,
                               uint32_t count) const {

@@ -16,7 +16,7 @@
 
 #include "codecs/codec.h"
 #include "codecs/device_codec.h"
-#include "codecs/half.h"
+#include "format/half.h"
 #include "gpu/cuda_assert.h"
 
 namespace gs::codecs {
@@ -133,12 +133,12 @@ std::vector<uint8_t> randomData(DataType t, size_t n, uint32_t seed, bool specia
         memcpy(out.data() + 8 * i, &v, 8);
         break;
       case DataType::kFloat16: {
-        const uint16_t h = floatToHalf(static_cast<float>(v));
+        const uint16_t h = format::floatToHalf(static_cast<float>(v));
         memcpy(out.data() + 2 * i, &h, 2);
         break;
       }
       case DataType::kBFloat16: {
-        const uint16_t h = floatToBf16(static_cast<float>(v));
+        const uint16_t h = format::floatToBf16(static_cast<float>(v));
         memcpy(out.data() + 2 * i, &h, 2);
         break;
       }
@@ -261,16 +261,34 @@ TEST_F(GpuCodec, DecodeReduceGivesTheCpuValues) {
                                             << " op=" << o << " first=" << first);
             std::vector<uint8_t> want(bytes);
             const char* why =
-                o < 0 ? cpu->decode(t, chunk.data(), es.metaBytes, es.payloadBytes, n, want.data())
-                      : cpu->decodeReduce(t, kOps[o], chunk.data(), es.metaBytes, es.payloadBytes,
-                                          n, operand.data(), want.data(), first);
+                o < 0 ? cpu->decode({.dtype = t,
+                                     .count = n,
+                                     .bytes = chunk.data(),
+                                     .metaBytes = es.metaBytes,
+                                     .payloadBytes = es.payloadBytes},
+                                    want.data())
+                      : cpu->decodeReduce({.dtype = t,
+                                           .count = n,
+                                           .bytes = chunk.data(),
+                                           .metaBytes = es.metaBytes,
+                                           .payloadBytes = es.payloadBytes},
+                                          {kOps[o], operand.data(), first}, want.data());
             ASSERT_EQ(why, nullptr) << why;
             ddst.poison();
-            why = o < 0 ? dev->decode(t, din.get(), static_cast<uint8_t>(spec.id), es.metaBytes,
-                                      es.payloadBytes, n, ddst.get(), stream())
-                        : dev->decodeReduce(t, kOps[o], din.get(), static_cast<uint8_t>(spec.id),
-                                            es.metaBytes, es.payloadBytes, n, dop.get(), ddst.get(),
-                                            first, stream());
+            why = o < 0 ? dev->decode({.codec = static_cast<uint8_t>(spec.id),
+                                       .dtype = t,
+                                       .count = n,
+                                       .bytes = din.get(),
+                                       .metaBytes = es.metaBytes,
+                                       .payloadBytes = es.payloadBytes},
+                                      ddst.get(), stream())
+                        : dev->decodeReduce({.codec = static_cast<uint8_t>(spec.id),
+                                             .dtype = t,
+                                             .count = n,
+                                             .bytes = din.get(),
+                                             .metaBytes = es.metaBytes,
+                                             .payloadBytes = es.payloadBytes},
+                                            {kOps[o], dop.get(), first}, ddst.get(), stream());
             ASSERT_EQ(why, nullptr) << why;
             EXPECT_EQ(dev->takeError(stream()), nullptr);
             const auto got = ddst.download();
@@ -293,14 +311,23 @@ TEST_F(GpuCodec, RawReduceOfEveryDtypeInPlace) {
       const auto in = randomData(t, n, 3, true), acc = randomData(t, n, 4, true);
       std::vector<uint8_t> want(bytes);
       ASSERT_EQ(makeCodec(CodecSpec::parse("raw"))
-                    ->decodeReduce(t, op, in.data(), 0, static_cast<uint32_t>(bytes), n, acc.data(),
-                                   want.data(), false),
+                    ->decodeReduce({.dtype = t,
+                                    .count = n,
+                                    .bytes = in.data(),
+                                    .metaBytes = 0,
+                                    .payloadBytes = static_cast<uint32_t>(bytes)},
+                                   {op, acc.data(), false}, want.data()),
                 nullptr);
       DeviceBuffer din(bytes), dacc(bytes);
       din.upload(in.data(), bytes);
       dacc.upload(acc.data(), bytes);
-      ASSERT_EQ(dev->decodeReduce(t, op, din.get(), 0, 0, static_cast<uint32_t>(bytes), n,
-                                  dacc.get(), dacc.get(), false, stream()),
+      ASSERT_EQ(dev->decodeReduce({.codec = 0,
+                                   .dtype = t,
+                                   .count = n,
+                                   .bytes = din.get(),
+                                   .metaBytes = 0,
+                                   .payloadBytes = static_cast<uint32_t>(bytes)},
+                                  {op, dacc.get(), false}, dacc.get(), stream()),
                 nullptr);
       ASSERT_CUDA(cudaStreamSynchronize(stream_));
       const auto got = dacc.download();
@@ -337,19 +364,27 @@ TEST_F(GpuCodec, HopDecodeReduceEncodeMatchesTheCpu) {
           std::vector<uint8_t> chunk(cpuIn->maxEncodedBytes(t, n) + 8);
           const EncodedSize ein = cpuIn->encode(t, x.data(), n, chunk.data(), 5);
           std::vector<uint8_t> values(bytes), want(cpuOut->maxEncodedBytes(t, n) + 8);
-          ASSERT_EQ(cpuIn->decodeReduce(t, ReduceOp::kSum, chunk.data(), ein.metaBytes,
-                                        ein.payloadBytes, n, operand.data(), values.data(), false),
+          ASSERT_EQ(cpuIn->decodeReduce({.dtype = t,
+                                         .count = n,
+                                         .bytes = chunk.data(),
+                                         .metaBytes = ein.metaBytes,
+                                         .payloadBytes = ein.payloadBytes},
+                                        {ReduceOp::kSum, operand.data(), false}, values.data()),
                     nullptr);
           const EncodedSize eout = cpuOut->encode(t, values.data(), n, want.data(), 77);
           DeviceBuffer din(chunk.size()), dop(bytes), dout(want.size()), scratch(bytes);
           din.upload(chunk.data(), chunk.size());
           dop.upload(operand.data(), bytes);
           EncodedSize written{};
-          ASSERT_EQ(
-              dev->decodeReduceEncode(t, ReduceOp::kSum, din.get(), static_cast<uint8_t>(inSpec.id),
-                                      ein.metaBytes, ein.payloadBytes, n, dop.get(), dout.get(), 77,
-                                      scratch.get(), stream(), &written),
-              nullptr);
+          ASSERT_EQ(dev->decodeReduceEncode({.codec = static_cast<uint8_t>(inSpec.id),
+                                             .dtype = t,
+                                             .count = n,
+                                             .bytes = din.get(),
+                                             .metaBytes = ein.metaBytes,
+                                             .payloadBytes = ein.payloadBytes},
+                                            {ReduceOp::kSum, dop.get()}, dout.get(), 77,
+                                            scratch.get(), stream(), &written),
+                    nullptr);
           EXPECT_EQ(dev->takeError(stream()), nullptr);
           ASSERT_EQ(written.metaBytes, eout.metaBytes);
           ASSERT_EQ(written.payloadBytes, eout.payloadBytes);
@@ -360,9 +395,19 @@ TEST_F(GpuCodec, HopDecodeReduceEncodeMatchesTheCpu) {
             EXPECT_EQ(memcmp(got.data(), want.data(), used), 0);
           }
           std::vector<uint8_t> a(bytes), b(bytes);
-          ASSERT_EQ(cpuOut->decode(t, got.data(), eout.metaBytes, eout.payloadBytes, n, a.data()),
+          ASSERT_EQ(cpuOut->decode({.dtype = t,
+                                    .count = n,
+                                    .bytes = got.data(),
+                                    .metaBytes = eout.metaBytes,
+                                    .payloadBytes = eout.payloadBytes},
+                                   a.data()),
                     nullptr);
-          ASSERT_EQ(cpuOut->decode(t, want.data(), eout.metaBytes, eout.payloadBytes, n, b.data()),
+          ASSERT_EQ(cpuOut->decode({.dtype = t,
+                                    .count = n,
+                                    .bytes = want.data(),
+                                    .metaBytes = eout.metaBytes,
+                                    .payloadBytes = eout.payloadBytes},
+                                   b.data()),
                     nullptr);
           EXPECT_EQ(firstMismatch(t, a.data(), b.data(), n), -1);
         }
@@ -383,7 +428,12 @@ TEST_F(GpuCodec, ErrorFeedbackInTheEncodePass) {
         const auto x = randomData(t, n, 21, withSpecials(t));
         std::vector<uint8_t> chunk(cpu->maxEncodedBytes(t, n)), decoded(bytes), residual(rbytes);
         const EncodedSize es = cpu->encode(t, x.data(), n, chunk.data(), 3);
-        ASSERT_EQ(cpu->decode(t, chunk.data(), es.metaBytes, es.payloadBytes, n, decoded.data()),
+        ASSERT_EQ(cpu->decode({.dtype = t,
+                               .count = n,
+                               .bytes = chunk.data(),
+                               .metaBytes = es.metaBytes,
+                               .payloadBytes = es.payloadBytes},
+                              decoded.data()),
                   nullptr);
         updateResidual(t, x.data(), decoded.data(), residual.data(), n);
         if (factor != 1.0) {  // as the engine scales an averaged block's residual
@@ -448,8 +498,13 @@ TEST_F(GpuCodec, NanAndInfFollowTheDocumentedPolicy) {
     DeviceBuffer dx(4 * n), dout(4 * n + 4096), ddst(4 * n);
     dx.upload(x.data(), 4 * n);
     const EncodedSize es = dev->encode(DataType::kFloat32, dx.get(), n, dout.get(), 0, stream());
-    ASSERT_EQ(dev->decode(DataType::kFloat32, dout.get(), static_cast<uint8_t>(dev->id()),
-                          es.metaBytes, es.payloadBytes, n, ddst.get(), stream()),
+    ASSERT_EQ(dev->decode({.codec = static_cast<uint8_t>(dev->id()),
+                           .dtype = DataType::kFloat32,
+                           .count = n,
+                           .bytes = dout.get(),
+                           .metaBytes = es.metaBytes,
+                           .payloadBytes = es.payloadBytes},
+                          ddst.get(), stream()),
               nullptr);
     EXPECT_EQ(dev->takeError(stream()), nullptr);
     const auto got = ddst.download();
@@ -465,7 +520,13 @@ TEST_F(GpuCodec, NanAndInfFollowTheDocumentedPolicy) {
   DeviceBuffer dv(16), dout(8), ddst(16);
   dv.upload(v.data(), 16);
   fp16->encode(DataType::kFloat32, dv.get(), 4, dout.get(), 0, stream());
-  ASSERT_EQ(fp16->decode(DataType::kFloat32, dout.get(), 1, 0, 8, 4, ddst.get(), stream()),
+  ASSERT_EQ(fp16->decode({.codec = 1,
+                          .dtype = DataType::kFloat32,
+                          .count = 4,
+                          .bytes = dout.get(),
+                          .metaBytes = 0,
+                          .payloadBytes = 8},
+                         ddst.get(), stream()),
             nullptr);
   ASSERT_CUDA(cudaStreamSynchronize(stream_));
   const auto got = ddst.download();
@@ -502,16 +563,24 @@ TEST_F(GpuCodec, InvalidChunkContentLeavesTheDestinationUntouched) {
     ASSERT_LT(c.byte, size_t{es.metaBytes} + es.payloadBytes);
     chunk[c.byte] = c.value;
     std::vector<uint8_t> scratch(bytes);
-    ASSERT_STREQ(cpu->decode(DataType::kFloat32, chunk.data(), es.metaBytes, es.payloadBytes, count,
+    ASSERT_STREQ(cpu->decode({.dtype = DataType::kFloat32,
+                              .count = count,
+                              .bytes = chunk.data(),
+                              .metaBytes = es.metaBytes,
+                              .payloadBytes = es.payloadBytes},
                              scratch.data()),
                  c.reason)
         << "the case corrupts what the CPU decoder rejects";
     auto dev = DeviceCodec::create(spec);
     DeviceBuffer din(chunk.size()), ddst(bytes);
     din.upload(chunk.data(), chunk.size());
-    ASSERT_EQ(dev->decodeReduce(DataType::kFloat32, ReduceOp::kSum, din.get(),
-                                static_cast<uint8_t>(spec.id), es.metaBytes, es.payloadBytes, count,
-                                ddst.get(), ddst.get(), false, stream()),
+    ASSERT_EQ(dev->decodeReduce({.codec = static_cast<uint8_t>(spec.id),
+                                 .dtype = DataType::kFloat32,
+                                 .count = count,
+                                 .bytes = din.get(),
+                                 .metaBytes = es.metaBytes,
+                                 .payloadBytes = es.payloadBytes},
+                                {ReduceOp::kSum, ddst.get(), false}, ddst.get(), stream()),
               nullptr);
     EXPECT_STREQ(dev->takeError(stream()), c.reason);
     EXPECT_TRUE(guardIntact(ddst.download(), 0)) << "a rejected chunk changed the destination";
@@ -534,20 +603,33 @@ TEST_F(GpuCodec, CallsOnlyEnqueueWork) {
     // Warm-up outside the capture: top-k's workspace is allocated on first use.
     const EncodedSize es = dev->encode(DataType::kFloat32, dx.get(), n, dout.get(), 1, stream());
     EncodedSize written{};
-    ASSERT_EQ(
-        dev->decodeReduceEncode(DataType::kFloat32, ReduceOp::kSum, dout.get(),
-                                static_cast<uint8_t>(spec.id), es.metaBytes, es.payloadBytes, n,
-                                dacc.get(), dout2.get(), 1, scratch.get(), stream(), &written),
-        nullptr);
+    ASSERT_EQ(dev->decodeReduceEncode({.codec = static_cast<uint8_t>(spec.id),
+                                       .dtype = DataType::kFloat32,
+                                       .count = n,
+                                       .bytes = dout.get(),
+                                       .metaBytes = es.metaBytes,
+                                       .payloadBytes = es.payloadBytes},
+                                      {ReduceOp::kSum, dacc.get()}, dout2.get(), 1, scratch.get(),
+                                      stream(), &written),
+              nullptr);
     ASSERT_EQ(dev->takeError(stream()), nullptr);
     ASSERT_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
     dev->encode(DataType::kFloat32, dx.get(), n, dout.get(), 2, stream());
-    const char* why = dev->decodeReduce(
-        DataType::kFloat32, ReduceOp::kSum, dout.get(), static_cast<uint8_t>(spec.id), es.metaBytes,
-        es.payloadBytes, n, dacc.get(), dacc.get(), false, stream());
-    const char* why2 = dev->decodeReduceEncode(
-        DataType::kFloat32, ReduceOp::kSum, dout.get(), static_cast<uint8_t>(spec.id), es.metaBytes,
-        es.payloadBytes, n, dacc.get(), dout2.get(), 2, scratch.get(), stream(), &written);
+    const char* why = dev->decodeReduce({.codec = static_cast<uint8_t>(spec.id),
+                                         .dtype = DataType::kFloat32,
+                                         .count = n,
+                                         .bytes = dout.get(),
+                                         .metaBytes = es.metaBytes,
+                                         .payloadBytes = es.payloadBytes},
+                                        {ReduceOp::kSum, dacc.get(), false}, dacc.get(), stream());
+    const char* why2 = dev->decodeReduceEncode({.codec = static_cast<uint8_t>(spec.id),
+                                                .dtype = DataType::kFloat32,
+                                                .count = n,
+                                                .bytes = dout.get(),
+                                                .metaBytes = es.metaBytes,
+                                                .payloadBytes = es.payloadBytes},
+                                               {ReduceOp::kSum, dacc.get()}, dout2.get(), 2,
+                                               scratch.get(), stream(), &written);
     cudaGraph_t graph = nullptr;
     const cudaError_t captured = cudaStreamEndCapture(stream_, &graph);
     ASSERT_EQ(captured, cudaSuccess)

@@ -4,7 +4,7 @@
 
 // Header-only scalar conversions: the library's own rounding, with no link to the library, so
 // gradstream-perf still uses nothing of it but the C API.
-#include "codecs/half.h"
+#include "format/half.h"
 
 namespace gs::support {
 
@@ -32,9 +32,9 @@ double loadElement(const void* buf, gs_dtype_t dtype, size_t i) {
     case GS_FLOAT64:
       return static_cast<const double*>(buf)[i];
     case GS_FLOAT16:
-      return codecs::halfToFloat(static_cast<const uint16_t*>(buf)[i]);
+      return format::halfToFloat(static_cast<const uint16_t*>(buf)[i]);
     case GS_BFLOAT16:
-      return codecs::bf16ToFloat(static_cast<const uint16_t*>(buf)[i]);
+      return format::bf16ToFloat(static_cast<const uint16_t*>(buf)[i]);
     case GS_INT32:
       return static_cast<const int32_t*>(buf)[i];
     case GS_INT64:
@@ -54,10 +54,10 @@ void storeElement(void* buf, gs_dtype_t dtype, size_t i, double v) {
       static_cast<double*>(buf)[i] = v;
       break;
     case GS_FLOAT16:
-      static_cast<uint16_t*>(buf)[i] = codecs::floatToHalf(static_cast<float>(v));
+      static_cast<uint16_t*>(buf)[i] = format::floatToHalf(static_cast<float>(v));
       break;
     case GS_BFLOAT16:
-      static_cast<uint16_t*>(buf)[i] = codecs::floatToBf16(static_cast<float>(v));
+      static_cast<uint16_t*>(buf)[i] = format::floatToBf16(static_cast<float>(v));
       break;
     case GS_INT32:
       static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v);

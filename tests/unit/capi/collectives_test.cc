@@ -14,7 +14,7 @@
 
 #include <gtest/gtest.h>
 
-#include "codecs/half.h"
+#include "format/half.h"
 #include "gradstream/gradstream.h"
 #include "tools/support/dtype_elements.h"
 #include "unit/capi/rank_threads.h"
@@ -56,9 +56,9 @@ double reference(gs_dtype_t t, gs_redop_t op, int n, size_t i) {
     if (t == GS_FLOAT32)
       acc = static_cast<float>(acc);
     if (t == GS_FLOAT16)
-      acc = codecs::halfToFloat(codecs::floatToHalf(static_cast<float>(acc)));
+      acc = format::halfToFloat(format::floatToHalf(static_cast<float>(acc)));
     if (t == GS_BFLOAT16)
-      acc = codecs::bf16ToFloat(codecs::floatToBf16(static_cast<float>(acc)));
+      acc = format::bf16ToFloat(format::floatToBf16(static_cast<float>(acc)));
   }
   return acc;
 }

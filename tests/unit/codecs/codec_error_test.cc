@@ -68,9 +68,13 @@ TEST(CodecErrorBounds, RelativeL2ErrorStaysUnderTheDocumentedBound) {
       const std::vector<float> x = normal(n, 100 + outl, outl == 1);
       sz = c->encode(DataType::kFloat32, x.data(), n, wire.data(), 7);
       std::vector<float> y(n);
-      ASSERT_EQ(
-          c->decode(DataType::kFloat32, wire.data(), sz.metaBytes, sz.payloadBytes, n, y.data()),
-          nullptr);
+      ASSERT_EQ(c->decode({.dtype = DataType::kFloat32,
+                           .count = n,
+                           .bytes = wire.data(),
+                           .metaBytes = sz.metaBytes,
+                           .payloadBytes = sz.payloadBytes},
+                          y.data()),
+                nullptr);
       results[outl] = relL2(std::vector<double>(x.begin(), x.end()), y);
     }
     std::vector<double> ref(n, 0.0);
@@ -80,8 +84,12 @@ TEST(CodecErrorBounds, RelativeL2ErrorStaysUnderTheDocumentedBound) {
       for (size_t i = 0; i < n; ++i)
         ref[i] += x[i];
       const EncodedSize s = c->encode(DataType::kFloat32, x.data(), n, wire.data(), rank);
-      ASSERT_EQ(c->decodeReduce(DataType::kFloat32, ReduceOp::kSum, wire.data(), s.metaBytes,
-                                s.payloadBytes, n, acc.data(), acc.data(), false),
+      ASSERT_EQ(c->decodeReduce({.dtype = DataType::kFloat32,
+                                 .count = n,
+                                 .bytes = wire.data(),
+                                 .metaBytes = s.metaBytes,
+                                 .payloadBytes = s.payloadBytes},
+                                {ReduceOp::kSum, acc.data(), false}, acc.data()),
                 nullptr);
     }
     const double sum4 = relL2(ref, acc);

@@ -11,12 +11,22 @@
 
 #include <gtest/gtest.h>
 
-#include "codecs/block_math.h"
 #include "codecs/cpu_kernels.h"
-#include "codecs/half.h"
 #include "common/error.h"
+#include "format/block_math.h"
+#include "format/half.h"
 
 namespace gs::codecs {
+
+using format::CodecId;
+using format::kNumCodecIds;
+namespace math = format::math;
+using format::bf16ToFloat;
+using format::floatBits;
+using format::floatToBf16;
+using format::floatToHalf;
+using format::halfToFloat;
+
 namespace {
 
 const std::vector<std::string> kLossy = {"fp16",    "bf16",          "fp8e4m3",     "fp8e5m2",
@@ -99,6 +109,14 @@ Buf randomBuf(DataType t, size_t n, uint64_t seed, double sigma = 1.0) {
 struct Encoded {
   std::vector<uint8_t> wire;
   EncodedSize size;
+  /// The chunk to decode: these bytes as n elements of dt.
+  EncodedChunk chunk(DataType dt, size_t n) const {
+    return {.dtype = dt,
+            .count = n,
+            .bytes = wire.data(),
+            .metaBytes = size.metaBytes,
+            .payloadBytes = size.payloadBytes};
+  }
 };
 Encoded encodeAll(const Codec& c, const Buf& b, size_t n, uint64_t seed = 1) {
   Encoded e;
@@ -182,7 +200,13 @@ TEST(Codecs, RawIsExactForEveryDtype) {
       EncodedSize s = c->encode(dt, src.data(), n, wire.data(), 0);
       ASSERT_EQ(s.metaBytes, 0u);
       ASSERT_EQ(s.payloadBytes, src.size());
-      ASSERT_EQ(c->decode(dt, wire.data(), 0, s.payloadBytes, n, dst.data()), nullptr);
+      ASSERT_EQ(c->decode({.dtype = dt,
+                           .count = n,
+                           .bytes = wire.data(),
+                           .metaBytes = 0,
+                           .payloadBytes = s.payloadBytes},
+                          dst.data()),
+                nullptr);
       if (!src.empty()) {  // memcmp's pointers must not be null, even for 0 bytes
         EXPECT_EQ(0, std::memcmp(src.data(), dst.data(), src.size()));
       }
@@ -204,10 +228,7 @@ TEST(Codecs, RoundTripsOddCountsForEveryDtype) {
         const Buf src = randomBuf(dt, n, n + 11);
         const Encoded e = encodeAll(*c, src, n, 5);
         Buf dst(dt, n);
-        ASSERT_EQ(
-            c->decode(dt, e.wire.data(), e.size.metaBytes, e.size.payloadBytes, n, dst.data()),
-            nullptr)
-            << name;
+        ASSERT_EQ(c->decode(e.chunk(dt, n), dst.data()), nullptr) << name;
         double num = 0, den = 0;
         for (size_t i = 0; i < n; ++i) {
           const double d = dst.get(i) - src.get(i);
@@ -234,18 +255,14 @@ TEST(Codecs, DecodeReduceMatchesDecodeThenReduceForEveryOp) {
       const Encoded e = encodeAll(*c, src, n);
       // The decoded values before rounding into dt (every codec decodes to float32 values).
       Buf dec(DataType::kFloat32, n);
-      ASSERT_EQ(c->decode(DataType::kFloat32, e.wire.data(), e.size.metaBytes, e.size.payloadBytes,
-                          n, dec.data()),
-                nullptr);
+      ASSERT_EQ(c->decode(e.chunk(DataType::kFloat32, n), dec.data()), nullptr);
       for (int o = 0; o < kNumReduceOps; ++o) {
         const auto op = static_cast<ReduceOp>(o);
         for (bool inPlace : {false, true}) {
           Buf dst = opnd;
           Buf out(dt, n);
           void* d = inPlace ? dst.data() : out.data();
-          ASSERT_EQ(c->decodeReduce(dt, op, e.wire.data(), e.size.metaBytes, e.size.payloadBytes, n,
-                                    dst.data(), d, false),
-                    nullptr);
+          ASSERT_EQ(c->decodeReduce(e.chunk(dt, n), {op, dst.data(), false}, d), nullptr);
           const Buf& got = inPlace ? dst : out;
           for (size_t i = 0; i < n; ++i) {
             // Accumulation in float32 (float64 for float64), rounded once into the dtype.
@@ -285,8 +302,18 @@ TEST(Codecs, TruncatedOversizedAndHostileInputsAreRejected) {
     const uint32_t m = e.size.metaBytes, p = e.size.payloadBytes;
     std::vector<uint8_t> big(e.wire);
     big.resize(big.size() + 8192, 0);
-    auto dec = [&](uint32_t mm, uint32_t pp, size_t cnt) {
-      return c->decode(DataType::kFloat32, big.data(), mm, pp, cnt, dst.data());
+    auto decodeAs = [&](const std::vector<uint8_t>& bytes, uint32_t mm, uint32_t pp, size_t cnt) {
+      return c->decode({.dtype = DataType::kFloat32,
+                        .count = cnt,
+                        .bytes = bytes.data(),
+                        .metaBytes = mm,
+                        .payloadBytes = pp},
+                       dst.data());
+    };
+    // Sizes that do not match the chunk; the valid sizes over bytes altered in place.
+    auto dec = [&](uint32_t mm, uint32_t pp, size_t cnt) { return decodeAs(big, mm, pp, cnt); };
+    auto decodeAltered = [&](const std::vector<uint8_t>& bytes) {
+      return decodeAs(bytes, m, p, n);
     };
     EXPECT_EQ(dec(m, p, n), nullptr);
     EXPECT_NE(dec(m, p - 1, n), nullptr) << name;
@@ -303,31 +330,41 @@ TEST(Codecs, TruncatedOversizedAndHostileInputsAreRejected) {
     }
     EXPECT_NE(dec(m, 0xffffffffu, n), nullptr) << name;
     EXPECT_NE(dec(0xfffffffcu, p, n), nullptr) << name;
-    EXPECT_NE(c->decode(DataType::kInt32, big.data(), m, p, n, dst.data()), nullptr) << name;
-    EXPECT_NE(c->decodeReduce(DataType::kFloat32, static_cast<ReduceOp>(9), big.data(), m, p, n,
-                              dst.data(), dst.data(), false),
+    EXPECT_NE(c->decode({.dtype = DataType::kInt32,
+                         .count = n,
+                         .bytes = big.data(),
+                         .metaBytes = m,
+                         .payloadBytes = p},
+                        dst.data()),
+              nullptr)
+        << name;
+    EXPECT_NE(c->decodeReduce({.dtype = DataType::kFloat32,
+                               .count = n,
+                               .bytes = big.data(),
+                               .metaBytes = m,
+                               .payloadBytes = p},
+                              {static_cast<ReduceOp>(9), dst.data(), false}, dst.data()),
               nullptr);
     if (id == CodecId::kTopK) {
       std::vector<uint8_t> h = e.wire;
       uint32_t idx = 5000;  // beyond count
       std::memcpy(h.data() + 4, &idx, 4);
-      EXPECT_NE(c->decode(DataType::kFloat32, h.data(), m, p, n, dst.data()), nullptr);
+      EXPECT_NE(decodeAltered(h), nullptr);
       h = e.wire;
       std::memcpy(h.data() + 4, h.data(), 4);  // duplicate index
-      EXPECT_NE(c->decode(DataType::kFloat32, h.data(), m, p, n, dst.data()), nullptr);
+      EXPECT_NE(decodeAltered(h), nullptr);
     } else if (id != CodecId::kFp16 && id != CodecId::kBf16) {
       for (uint32_t bs : {0u, 1u, 7u, 12u, 65544u, 0xffffffffu, 512u}) {
         std::vector<uint8_t> h = e.wire;
         std::memcpy(h.data(), &bs, 4);
-        EXPECT_NE(c->decode(DataType::kFloat32, h.data(), m, p, n, dst.data()), nullptr)
-            << name << " block " << bs;
+        EXPECT_NE(decodeAltered(h), nullptr) << name << " block " << bs;
       }
       std::vector<uint8_t> h = e.wire;
       const float neg = -1.0f, inf = INFINITY;
       std::memcpy(h.data() + 8, &neg, 4);
-      EXPECT_NE(c->decode(DataType::kFloat32, h.data(), m, p, n, dst.data()), nullptr);
+      EXPECT_NE(decodeAltered(h), nullptr);
       std::memcpy(h.data() + 8, &inf, 4);
-      EXPECT_NE(c->decode(DataType::kFloat32, h.data(), m, p, n, dst.data()), nullptr);
+      EXPECT_NE(decodeAltered(h), nullptr);
     }
   }
 }
@@ -338,13 +375,9 @@ TEST(Codecs, Int4OddCountPaddingNibbleMustBeZero) {
   Encoded e = encodeAll(*c, src, 7);
   Buf dst(DataType::kFloat32, 7);
   ASSERT_EQ(e.size.payloadBytes, 4u);
-  EXPECT_EQ(c->decode(DataType::kFloat32, e.wire.data(), e.size.metaBytes, e.size.payloadBytes, 7,
-                      dst.data()),
-            nullptr);
+  EXPECT_EQ(c->decode(e.chunk(DataType::kFloat32, 7), dst.data()), nullptr);
   e.wire.back() |= 0x10;
-  EXPECT_NE(c->decode(DataType::kFloat32, e.wire.data(), e.size.metaBytes, e.size.payloadBytes, 7,
-                      dst.data()),
-            nullptr);
+  EXPECT_NE(c->decode(e.chunk(DataType::kFloat32, 7), dst.data()), nullptr);
 }
 
 TEST(Codecs, RandomBytesNeverCrashTheDecoders) {
@@ -363,8 +396,12 @@ TEST(Codecs, RandomBytesNeverCrashTheDecoders) {
       const uint32_t p = static_cast<uint32_t>(rng() % 2 ? rng() % 2400 : (rng() % 3) * n);
       if (m + uint64_t{p} > bytes.size())
         continue;
-      (void)c->decodeReduce(DataType::kFloat32, ReduceOp::kSum, bytes.data(), m, p, n, dst.data(),
-                            dst.data(), false);
+      (void)c->decodeReduce({.dtype = DataType::kFloat32,
+                             .count = n,
+                             .bytes = bytes.data(),
+                             .metaBytes = m,
+                             .payloadBytes = p},
+                            {ReduceOp::kSum, dst.data(), false}, dst.data());
     }
   }
 }
@@ -378,9 +415,7 @@ TEST(Codecs, NonFiniteInputsPoisonOnlyTheirBlock) {
       src.set(300, bad);  // block 1 of 256-element blocks
       const Encoded e = encodeAll(*c, src, 1000);
       Buf dst(DataType::kFloat32, 1000);
-      ASSERT_EQ(c->decode(DataType::kFloat32, e.wire.data(), e.size.metaBytes, e.size.payloadBytes,
-                          1000, dst.data()),
-                nullptr);
+      ASSERT_EQ(c->decode(e.chunk(DataType::kFloat32, 1000), dst.data()), nullptr);
       for (size_t i = 0; i < 1000; ++i) {
         if (i >= 256 && i < 512)
           EXPECT_TRUE(std::isnan(dst.get(i))) << name << " " << i;
@@ -398,9 +433,7 @@ TEST(Codecs, NonFiniteInputsPoisonOnlyTheirBlock) {
     src.set(30, -INFINITY);
     const Encoded e = encodeAll(*c, src, 1000);
     Buf dst(DataType::kFloat32, 1000);
-    ASSERT_EQ(c->decode(DataType::kFloat32, e.wire.data(), e.size.metaBytes, e.size.payloadBytes,
-                        1000, dst.data()),
-              nullptr);
+    ASSERT_EQ(c->decode(e.chunk(DataType::kFloat32, 1000), dst.data()), nullptr);
     EXPECT_TRUE(std::isnan(dst.get(10))) << name;
     EXPECT_EQ(dst.get(20), INFINITY) << name;
     EXPECT_EQ(dst.get(30), -INFINITY) << name;
@@ -413,9 +446,7 @@ TEST(Codecs, NonFiniteInputsPoisonOnlyTheirBlock) {
     tiny.set(i, i == 3 ? 1e-44 : 0.0);
   const Encoded e = encodeAll(*c, tiny, 16);
   Buf dst(DataType::kFloat32, 16);
-  ASSERT_EQ(c->decode(DataType::kFloat32, e.wire.data(), e.size.metaBytes, e.size.payloadBytes, 16,
-                      dst.data()),
-            nullptr);
+  ASSERT_EQ(c->decode(e.chunk(DataType::kFloat32, 16), dst.data()), nullptr);
   for (size_t i = 0; i < 16; ++i)
     EXPECT_EQ(dst.get(i), 0.0);
 }
@@ -442,9 +473,7 @@ TEST(Codecs, StochasticRoundingIsDeterministicPerSeedAndUnbiased) {
     double oneErr = 0;
     for (int s = 0; s < kSeeds; ++s) {
       const Encoded e = encodeAll(*c, src, n, s);
-      ASSERT_EQ(c->decode(DataType::kFloat32, e.wire.data(), e.size.metaBytes, e.size.payloadBytes,
-                          n, dst.data()),
-                nullptr);
+      ASSERT_EQ(c->decode(e.chunk(DataType::kFloat32, n), dst.data()), nullptr);
       for (size_t i = 0; i < n; ++i) {
         mean[i] += dst.get(i) / kSeeds;
         if (s == 0)
@@ -484,14 +513,12 @@ TEST(Codecs, PortableAndAvx2LoopsAreBitIdentical) {
         const Encoded e = encodeAll(*c, src, n, 77);
         outs[force].push_back(e.wire);
         Buf dec(dt, n);
-        EXPECT_EQ(
-            c->decode(dt, e.wire.data(), e.size.metaBytes, e.size.payloadBytes, n, dec.data()),
-            nullptr);
+        EXPECT_EQ(c->decode(e.chunk(dt, n), dec.data()), nullptr);
         outs[force].push_back(dec.bytes);
         for (int o = 0; o < kNumReduceOps; ++o) {
           Buf dst = opnd;
-          EXPECT_EQ(c->decodeReduce(dt, static_cast<ReduceOp>(o), e.wire.data(), e.size.metaBytes,
-                                    e.size.payloadBytes, n, dst.data(), dst.data(), o % 2 == 0),
+          EXPECT_EQ(c->decodeReduce(e.chunk(dt, n),
+                                    {static_cast<ReduceOp>(o), dst.data(), o % 2 == 0}, dst.data()),
                     nullptr);
           outs[force].push_back(dst.bytes);
         }
@@ -573,8 +600,12 @@ TEST(TopK, KeepsTheLargestMagnitudesInIndexOrder) {
   Buf dst(DataType::kFloat32, 10);
   for (size_t i = 0; i < 10; ++i)
     dst.set(i, 100);
-  ASSERT_EQ(c->decodeReduce(DataType::kFloat32, ReduceOp::kSum, e.wire.data(), 12, 12, 10,
-                            dst.data(), dst.data(), false),
+  ASSERT_EQ(c->decodeReduce({.dtype = DataType::kFloat32,
+                             .count = 10,
+                             .bytes = e.wire.data(),
+                             .metaBytes = 12,
+                             .payloadBytes = 12},
+                            {ReduceOp::kSum, dst.data(), false}, dst.data()),
             nullptr);
   EXPECT_EQ(dst.get(0), 100);
   EXPECT_EQ(dst.get(1), 95);
@@ -619,9 +650,7 @@ TEST(ErrorFeedback, ResidualCarriesWhatTheCodecDropped) {
     applyResidual(DataType::kFloat32, x.data(), residual.data(), n);
     const Encoded e = encodeAll(*c, x, n);
     Buf d(DataType::kFloat32, n);
-    ASSERT_EQ(c->decode(DataType::kFloat32, e.wire.data(), e.size.metaBytes, e.size.payloadBytes, n,
-                        d.data()),
-              nullptr);
+    ASSERT_EQ(c->decode(e.chunk(DataType::kFloat32, n), d.data()), nullptr);
     updateResidual(DataType::kFloat32, x.data(), d.data(), residual.data(), n);
     for (size_t i = 0; i < n; ++i)
       sent[i] += d.get(i);

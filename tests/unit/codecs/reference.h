@@ -1,7 +1,7 @@
 #pragma once
 
 // Reference conversions for the codec tests, written from the IEEE 754 definitions with
-// double arithmetic (frexp/ldexp/nearbyint), independent of codecs/half.h's bit tricks.
+// double arithmetic (frexp/ldexp/nearbyint), independent of format/half.h's bit tricks.
 
 #include <cfenv>
 #include <cmath>

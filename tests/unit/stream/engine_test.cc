@@ -15,9 +15,9 @@
 
 #include <gtest/gtest.h>
 
-#include "codecs/chunk_header.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "format/chunk_header.h"
 #include "stream/link.h"
 #include "tests/unit/stream/ring_cluster.h"
 #include "transport/device.h"
@@ -197,10 +197,10 @@ class HostilePeer : public ::testing::Test {
   Link& peerLink() { return *cluster.ranks[1].links[0]; }
 
   // The header rank 0 expects first: collective #0, link sequence 0, step 0, chunk 0.
-  codecs::ChunkHeader goodHeader() const {
-    codecs::ChunkHeader h{};
-    h.magic = codecs::kChunkMagic;
-    h.version = codecs::kChunkVersion;
+  format::ChunkHeader goodHeader() const {
+    format::ChunkHeader h{};
+    h.magic = format::kChunkMagic;
+    h.version = format::kChunkVersion;
     h.codec = 0;
     h.dtype = static_cast<uint8_t>(DataType::kFloat32);
     h.collectiveId = 0;
@@ -225,7 +225,7 @@ class HostilePeer : public ::testing::Test {
         at * peerLink().layout().slotBytes(), makeImm(tag, immSlot), 99);
     ASSERT_EQ(r, transport::PostResult::kOk);
   }
-  void writeHeader(const codecs::ChunkHeader& h, size_t payloadBytes, uint32_t slot = 0) {
+  void writeHeader(const format::ChunkHeader& h, size_t payloadBytes, uint32_t slot = 0) {
     std::memcpy(staging.data(), &h, sizeof(h));
     for (size_t i = 0; i < payloadBytes; ++i)
       staging[64 + i] = static_cast<uint8_t>(i);
@@ -406,8 +406,8 @@ TEST(EngineFuzz, CorruptedFirstChunkAlwaysFailsCleanly) {
     Cluster cluster(2, testConfig(1000));
     std::vector<uint8_t> staging(64 + 4096);
     auto region = cluster.ranks[1].device().registerMemory(staging.data(), staging.size());
-    codecs::ChunkHeader h{};
-    h.magic = codecs::kChunkMagic;
+    format::ChunkHeader h{};
+    h.magic = format::kChunkMagic;
     h.version = 1;
     h.dtype = 0;
     h.elementCount = 1024;  // ring path: step 0, chunk 0 of a 32768-float allreduce

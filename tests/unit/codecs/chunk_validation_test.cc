@@ -1,6 +1,6 @@
 // validateChunk: a valid header passes; each single-field corruption is rejected; random
 // headers never crash and are accepted only when every documented invariant holds.
-#include "codecs/chunk_header.h"
+#include "codecs/chunk_validation.h"
 
 #include <cstring>
 #include <functional>
@@ -13,6 +13,8 @@
 #include "common/types.h"
 
 namespace gs::codecs {
+
+using namespace format;  // the layout under test (format/chunk_header.h)
 namespace {
 
 struct Case {

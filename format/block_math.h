@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "codecs/half.h"  // GS_HOST_DEVICE, floatBits, bitsFloat, floatToHalf, floatToBf16
+#include "format/half.h"  // GS_HOST_DEVICE, floatBits, bitsFloat, floatToHalf, floatToBf16
 
 #if defined(__CUDACC__)
 #define GS_INLINE __host__ __device__ __forceinline__
@@ -18,7 +18,7 @@
 #define GS_INLINE inline __attribute__((always_inline))
 #endif
 
-namespace gs::codecs::math {
+namespace gs::format::math {
 
 // ---- stochastic rounding randomness ---------------------------------------------------------
 // Counter-based: the random bits of element i depend only on (seed, i), so the encode is
@@ -229,4 +229,4 @@ GS_INLINE uint8_t int4Pack(int32_t lo, int32_t hi) {
                               ((static_cast<uint32_t>(hi) & 0xfu) << 4));
 }
 
-}  // namespace gs::codecs::math
+}  // namespace gs::format::math

@@ -1,9 +1,14 @@
 #pragma once
 
+// The chunk wire format: the header every chunk starts with and the codec ids it names. Its own
+// module (format/) because both sides of the codec boundary build on it: the CPU codecs and
+// the engine write and check it (codecs/, stream/), and the CUDA kernels (kernels/) dispatch on
+// its codec ids without depending on codecs/.
+
 #include <cstddef>
 #include <cstdint>
 
-namespace gs::codecs {
+namespace gs::format {
 
 /// Wire format of one chunk: this 64-byte header, then metaBytes of codec metadata (scales,
 /// indices; none for raw), then payloadBytes of encoded elements. Every chunk is
@@ -56,7 +61,7 @@ static_assert(offsetof(ChunkHeader, sequence) == 16 && offsetof(ChunkHeader, ele
 inline constexpr uint32_t kChunkMagic = 0x4b435347;  // "GSCK" little-endian
 inline constexpr uint16_t kChunkVersion = 1;
 
-/// Codec of a chunk; codecs/codec.h describes each encoding.
+/// Codec of a chunk (the header's codec byte); codecs/codec.h describes each encoding.
 enum class CodecId : uint8_t {
   kRaw = 0,
   kFp16 = 1,
@@ -67,27 +72,6 @@ enum class CodecId : uint8_t {
   kInt4 = 6,
   kTopK = 7,
 };
+inline constexpr int kNumCodecIds = 8;
 
-/// What the receiver expects of the next chunk on a link.
-struct ChunkExpectation {
-  uint32_t collectiveId;
-  uint16_t step;
-  uint8_t dtype;
-  uint64_t sequence;
-  uint32_t chunkIndex;
-  uint32_t elementCount;
-  uint64_t elementOffset;
-  uint64_t totalCount;
-  uint8_t collective;
-  uint8_t reduceOp;
-  size_t elementSize;
-};
-
-/// Checks a received header against what the schedule expects and against the number of
-/// bytes that actually arrived. Returns nullptr when valid, else a static string naming the
-/// first mismatching field (the caller adds peer and values to the message).
-const char* validateChunk(const ChunkHeader& header,
-                          const ChunkExpectation& expected,
-                          size_t bytesArrived);
-
-}  // namespace gs::codecs
+}  // namespace gs::format

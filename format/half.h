@@ -12,7 +12,7 @@
 #define GS_HOST_DEVICE
 #endif
 
-namespace gs::codecs {
+namespace gs::format {
 
 GS_HOST_DEVICE inline uint32_t floatBits(float f) {
   uint32_t u;
@@ -72,4 +72,4 @@ GS_HOST_DEVICE inline float halfToFloat(uint16_t h) {
   return bitsFloat(sign | ((e + 112u) << 23) | (m << 13));
 }
 
-}  // namespace gs::codecs
+}  // namespace gs::format

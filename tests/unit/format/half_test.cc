@@ -1,5 +1,5 @@
 // fp16 / bf16 conversions against the double-arithmetic reference in reference.h.
-#include "codecs/half.h"
+#include "format/half.h"
 
 #include <cmath>
 #include <cstdint>
@@ -9,10 +9,10 @@
 
 #include "tests/unit/codecs/reference.h"
 
-namespace gs::codecs {
+namespace gs::format {
 namespace {
 
-using namespace testing;
+using namespace codecs::testing;  // the double-arithmetic references
 
 TEST(Half, ReferenceSelfCheck) {
   // Hand-known points, so the reference itself can be trusted.
@@ -194,4 +194,4 @@ TEST(BFloat16, SampledAgainstReferenceAndSpecials) {
 }
 
 }  // namespace
-}  // namespace gs::codecs
+}  // namespace gs::format

@@ -1,8 +1,14 @@
-#include "codecs/chunk_header.h"
+#include "codecs/chunk_validation.h"
 
 #include "codecs/codec.h"
 
 namespace gs::codecs {
+
+using format::ChunkHeader;
+using format::CodecId;
+using format::kChunkMagic;
+using format::kChunkVersion;
+using format::kNumCodecIds;
 
 const char* validateChunk(const ChunkHeader& h, const ChunkExpectation& e, size_t bytesArrived) {
   if (bytesArrived < sizeof(ChunkHeader))
