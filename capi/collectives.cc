@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "capi/collective_calls.h"
 #include "capi/handles.h"
 #include "capi/status.h"
 
@@ -12,25 +13,12 @@ namespace {
 
 using gs::Errc;
 using gs::capi::bytesOf;
+using gs::capi::checkOverlap;
 using gs::capi::checkTypes;
 using gs::capi::communicator;
 using gs::capi::guard;
-
-// Buffers may be the same memory in NCCL's in-place layouts; any other overlap is an error
-// (the result would depend on timing).
-void checkOverlap(const void* send,
-                  size_t sendBytes,
-                  const void* recv,
-                  size_t recvBytes,
-                  const void* inPlaceSend) {
-  if (send == nullptr || recv == nullptr || sendBytes == 0 || recvBytes == 0)
-    return;
-  auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
-  const bool overlap = s < r + recvBytes && r < s + sendBytes;
-  GS_ARG(!overlap || send == inPlaceSend,
-         "sendbuff and recvbuff overlap without being in place (in place means sendbuff == %p)",
-         inPlaceSend);
-}
+using gs::capi::issue;
+using gs::capi::runBlocking;
 
 // Reduce-scatter (the send buffer holds N blocks) and allgather (the recv buffer does): NULL
 // checks, size overflow, and overlap other than NCCL's in-place layout (block `rank`).
@@ -122,31 +110,55 @@ gs::stream::CollectiveArgs broadcastArgs(
   return args;
 }
 
-// Blocking calls: a count of 0 checks its arguments and does nothing.
-void runBlocking(gs_comm_t comm, const gs::stream::CollectiveArgs& args, CUstream_st* stream) {
-  if (args.count > 0)
+}  // namespace
+
+namespace gs::capi {
+
+namespace {
+// Count 0 moves nothing on any rank (every rank passes the same count); an alltoallv's pairs
+// carry their own counts, so it always runs (a rank sending nothing still tells its peers).
+bool movesData(const stream::CollectiveArgs& args) {
+  return args.count > 0 || args.layout != nullptr;
+}
+}  // namespace
+
+void checkOverlap(const void* send,
+                  size_t sendBytes,
+                  const void* recv,
+                  size_t recvBytes,
+                  const void* inPlaceSend) {
+  if (send == nullptr || recv == nullptr || sendBytes == 0 || recvBytes == 0)
+    return;
+  auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
+  const bool overlap = s < r + recvBytes && r < s + sendBytes;
+  GS_ARG(!overlap || send == inPlaceSend,
+         "sendbuff and recvbuff overlap without being in place (in place means sendbuff == %p)",
+         inPlaceSend);
+}
+
+void runBlocking(gs_comm_t comm, const stream::CollectiveArgs& args, CUstream_st* stream) {
+  if (movesData(args))
     communicator(comm).run(args, stream);
 }
 
-// Non-blocking calls: a request for the progress thread, or one complete at once for count 0.
 void issue(gs_comm_t comm,
-           const gs::stream::CollectiveArgs& args,
+           const stream::CollectiveArgs& args,
            CUstream_st* stream,
            gs_request_t* out_request) {
   GS_ARG(out_request != nullptr, "out_request is NULL");
   auto& c = communicator(comm);
   auto handle = std::make_unique<gs_request_s>();
   handle->timeoutMs = c.config().timeoutMs;
-  if (args.count > 0) {
+  if (movesData(args)) {
     handle->request = c.submit(args, stream);
   } else {
-    handle->request = std::make_shared<gs::control::Request>(args);
+    handle->request = std::make_shared<control::Request>(args);
     handle->request->complete(Errc::kOk, "");
   }
   *out_request = handle.release();
 }
 
-}  // namespace
+}  // namespace gs::capi
 
 extern "C" {
 

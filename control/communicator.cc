@@ -120,6 +120,13 @@ void Communicator::execute(const stream::CollectiveArgs& args, bool record) {
       controller_->begin(*metrics_);
     if (args.kind == stream::CollectiveKind::kAllReduce)
       withCodec.algorithm = chooseAlgorithm(withCodec);
+    if (args.kind == stream::CollectiveKind::kReduce) {
+      withCodec.reduceAlgorithm = chooseReduce(withCodec);
+      if (withCodec.reduceAlgorithm == stream::ReduceAlgorithm::kTree && rank_ != args.root) {
+        reduceScratch_.resize(args.count * elementSize(args.dtype));
+        withCodec.recv = reduceScratch_.data();
+      }
+    }
     metrics_->beginCollective();
     const auto start = Clock::now();
     engine_->run(withCodec);
@@ -295,6 +302,22 @@ stream::Algorithm Communicator::chooseAlgorithm(const stream::CollectiveArgs& ar
   return best;
 }
 
+stream::ReduceAlgorithm Communicator::chooseReduce(const stream::CollectiveArgs& args) {
+  stream::CostModel model = costModel_;
+  if (args.codec == nullptr)
+    model.codecRatio = 1.0;
+  const double bytes = static_cast<double>(args.count * elementSize(args.dtype));
+  const stream::ReduceAlgorithm best = stream::cheapestReduce(topology_, bytes, model);
+  if (!reduceChosen_ || best != lastReduceChoice_) {
+    GS_LOG_INFO("reduce of %.0f bytes on %d ranks (%d hosts): algorithm %s (predicted %.1f us)",
+                bytes, nranks_, topology_.hosts(), stream::reduceAlgorithmName(best),
+                stream::predictReduceSeconds(best, topology_, bytes, model) * 1e6);
+    lastReduceChoice_ = best;
+    reduceChosen_ = true;
+  }
+  return best;
+}
+
 // nccl-tests conventions: size is the larger buffer; busbw scales algbw by the data each link
 // must carry in an optimal algorithm.
 void Communicator::recordCollective(const stream::CollectiveArgs& args, double seconds) {
@@ -310,6 +333,16 @@ void Communicator::recordCollective(const stream::CollectiveArgs& args, double s
       factor = (n - 1) / n;
       break;
     case stream::CollectiveKind::kBroadcast:
+    case stream::CollectiveKind::kReduce:
+      break;
+    case stream::CollectiveKind::kAllToAll:
+      // The larger of what this rank sends and receives; (n-1)/n of it crosses a link.
+      bytes =
+          static_cast<double>(args.layout != nullptr
+                                  ? std::max(args.layout->sendExtent(), args.layout->recvExtent())
+                                  : args.count * static_cast<size_t>(nranks_)) *
+          static_cast<double>(elementSize(args.dtype));
+      factor = (n - 1) / n;
       break;
   }
   const double algbw = seconds > 0 ? bytes / seconds : 0;

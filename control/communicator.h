@@ -19,6 +19,7 @@
 #include "control/adaptive_controller.h"
 #include "control/device_staging.h"
 #include "control/link_transports.h"
+#include "control/peer_links.h"
 #include "control/unique_id.h"
 #include "monitoring/metrics.h"
 #include "schedules/cost_model.h"
@@ -159,6 +160,14 @@ class Communicator {
                    const LinkPlan& plan,
                    std::vector<monitoring::LinkCounters*> counters);
   void logReady(const LinkPlan& plan, const std::string& bindAddress) const;
+  /// Where the link to `peer` goes: shm when both ranks can (symmetric), else the network;
+  /// *transport says which. Needs the records kept by connect().
+  PeerEndpoint endpointFor(int peer, std::string* transport) const;
+  stream::SlotLayout slotLayout() const;
+  /// The engine's LinkMaker: links to peers that only some schedules use (all-to-all, the
+  /// reduce tree), made when a call first needs them; every rank of that call makes its
+  /// matching ones at the same point, as at creation (connectPeerLinks).
+  void linkLater(const std::vector<int>& peers);
 
   // ---- running collectives (communicator.cc) ----
   /// Holds execMutex_. record: count it as one collective in the metrics and stats (pieces of
@@ -187,6 +196,12 @@ class Communicator {
   void checkUsable() const;
   void recordCollective(const stream::CollectiveArgs& args, double seconds);
   stream::Algorithm chooseAlgorithm(const stream::CollectiveArgs& args);  // holds execMutex_
+  stream::ReduceAlgorithm chooseReduce(const stream::CollectiveArgs& args);  // holds execMutex_
+  /// Reduce through the tree off the root: the partial sums go here, never into the caller's
+  /// recvbuff (which may be NULL there). Guarded by execMutex_.
+  std::vector<uint8_t> reduceScratch_;
+  stream::ReduceAlgorithm lastReduceChoice_ = stream::ReduceAlgorithm::kChain;
+  bool reduceChosen_ = false;
 
   int nranks_;
   int rank_;
@@ -195,6 +210,9 @@ class Communicator {
   std::string transportName_;     // see transportName()
   ShmState shmState_ = ShmState::kOff;
   stream::Topology topology_;
+  // From the rendezvous records, kept for links made later (linkLater): by rank.
+  std::vector<TransportEndpoint> transports_;
+  std::vector<std::vector<uint8_t>> networkAddresses_;
   std::vector<stream::Algorithm> algorithms_;  // what GS_ALGO allows, see allowedAlgorithms
   stream::CostModel costModel_;
   stream::Algorithm lastChoice_ = stream::Algorithm::kRing;

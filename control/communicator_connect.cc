@@ -128,11 +128,11 @@ void Communicator::connect(const UniqueId& id) {
       bootstrap, ownRecord(config_, networkTransport_, *device_, shmDevice_.get()), config_);
   // Peers are known only now (the hierarchical schedule's depend on the hosts): links are made
   // after the rendezvous and swap their slot keys over their own connections.
+  transports_ = transportEndpoints(infos);
+  for (const PeerInfo& info : infos)
+    networkAddresses_.push_back(info.address);
   const LinkPlan plan = planLinks(infos, chooseSchedules(infos));
-  stream::SlotLayout layout;
-  layout.slots = static_cast<size_t>(config_.slotsPerPeer);
-  layout.chunkBytes = static_cast<size_t>(config_.chunkBytes);
-  links_ = connectPeerLinks(nranks_, plan.endpoints, layout, deadline);
+  links_ = connectPeerLinks(nranks_, plan.endpoints, slotLayout(), deadline);
   setUpCostModel(infos);
   startEngine(infos, plan, startMetrics(infos, plan, options.bindAddress));
   logReady(plan, options.bindAddress);
@@ -174,29 +174,67 @@ std::set<int> Communicator::chooseSchedules(const std::vector<PeerInfo>& infos) 
 
 Communicator::LinkPlan Communicator::planLinks(const std::vector<PeerInfo>& infos,
                                                std::set<int> peers) {
-  const std::vector<TransportEndpoint> transports = transportEndpoints(infos);
   LinkPlan plan;
   plan.peers = std::move(peers);
   plan.transportOf.resize(nranks_);
   for (int p : plan.peers) {
-    if (shmDevice_ && shmBetween(transports[rank_], transports[p])) {
-      plan.endpoints.push_back({p, shmDevice_.get(), infos[p].shmAddress});
-      plan.transportOf[p] = "shm";
+    plan.endpoints.push_back(endpointFor(p, &plan.transportOf[p]));
+    if (plan.transportOf[p] == "shm")
       ++plan.shmLinks;
-    } else {
-      plan.endpoints.push_back({p, device_.get(), infos[p].address});
-      plan.transportOf[p] = networkTransport_;
+    else
       plan.localOverNetwork += infos[p].hostname == infos[rank_].hostname ? 1 : 0;
-    }
   }
   plan.networkLinks = static_cast<int>(plan.peers.size()) - plan.shmLinks;
   transportName_ = linkTransportsName(networkTransport_, plan.shmLinks, plan.networkLinks);
   if (shmState_ == ShmState::kUnused && plan.shmLinks > 0)
     shmState_ = ShmState::kInUse;
-  if (plan.shmLinks == 0)
-    shmDevice_.reset();  // no peer chose it either (the choice is symmetric): free its segment
+  // No rank it could ever share memory with (a link made later, linkLater, to a same-host peer
+  // would): free its segment. The test is symmetric, so such a peer frees its device too.
+  bool shmPossible = false;
+  for (int p = 0; p < nranks_ && shmDevice_ && !shmPossible; ++p)
+    shmPossible = p != rank_ && shmBetween(transports_[rank_], transports_[p]);
+  if (!shmPossible)
+    shmDevice_.reset();
   logLinkTransports(plan.shmLinks, plan.networkLinks, plan.localOverNetwork);
   return plan;
+}
+
+PeerEndpoint Communicator::endpointFor(int peer, std::string* transport) const {
+  if (shmDevice_ && shmBetween(transports_[rank_], transports_[peer])) {
+    *transport = "shm";
+    return {peer, shmDevice_.get(), transports_[peer].shmAddress};
+  }
+  *transport = networkTransport_;
+  return {peer, device_.get(), networkAddresses_[peer]};
+}
+
+stream::SlotLayout Communicator::slotLayout() const {
+  stream::SlotLayout layout;
+  layout.slots = static_cast<size_t>(config_.slotsPerPeer);
+  layout.chunkBytes = static_cast<size_t>(config_.chunkBytes);
+  return layout;
+}
+
+void Communicator::linkLater(const std::vector<int>& peers) {
+  std::vector<PeerEndpoint> endpoints;
+  std::vector<std::string> transportOf(nranks_);
+  for (int p : peers)
+    endpoints.push_back(endpointFor(p, &transportOf[p]));
+  auto made =
+      connectPeerLinks(nranks_, endpoints, slotLayout(), Deadline::afterMs(config_.timeoutMs));
+  int shm = 0;
+  for (int p : peers) {
+    links_[p] = std::move(made[p]);
+    monitoring::LinkCounters* counters = &metrics_->addLink(p, transportOf[p]);
+    counters->setChunkSize(static_cast<uint64_t>(config_.chunkBytes));
+    counters->setCodecRung(codec_ ? static_cast<int>(codec_->id()) : 0);
+    engine_->addLink(p, links_[p].get(), counters);
+    shm += transportOf[p] == "shm" ? 1 : 0;
+  }
+  if (shm > 0 && shmState_ == ShmState::kUnused)
+    shmState_ = ShmState::kInUse;
+  GS_LOG_INFO("rank %d: %zu more link%s (%d over shm) for a schedule that needs them", rank_,
+              peers.size(), peers.size() == 1 ? "" : "s", shm);
 }
 
 void Communicator::logLinkTransports(int shmLinks, int networkLinks, int localOverNetwork) const {
@@ -261,6 +299,7 @@ void Communicator::startEngine(const std::vector<PeerInfo>& infos,
   engine_ = std::make_unique<stream::Engine>(rank_, nranks_, primary, raw, config_, aborted_);
   engine_->setLinkCounters(std::move(counters));
   engine_->setTopology(topology_);
+  engine_->setLinkMaker([this](const std::vector<int>& peers) { linkLater(peers); });
   if (isAutoCodec(config_.codec)) {
     controller_ = std::make_unique<AdaptiveController>(
         config_, std::vector<int>(plan.peers.begin(), plan.peers.end()));

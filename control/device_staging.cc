@@ -15,7 +15,8 @@ namespace {
 using stream::CollectiveKind;
 
 bool isBlockwise(CollectiveKind kind) {
-  return kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllGather;
+  return kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllGather ||
+         kind == CollectiveKind::kAllToAll;
 }
 
 }  // namespace
@@ -92,6 +93,8 @@ struct DeviceStaging::Layout {
     h.count = count(index);
     switch (args.kind) {
       case CollectiveKind::kAllReduce:
+      case CollectiveKind::kReduce:
+      case CollectiveKind::kAllToAll:  // every block's range: in place, block j to rank j
         h.send = h.recv = slot(index);
         break;
       case CollectiveKind::kBroadcast:
@@ -116,6 +119,7 @@ size_t DeviceStaging::copyIn(const Layout& call, size_t index, Stream stream) {
   const size_t bytes = call.bytes(index);
   switch (call.args.kind) {
     case CollectiveKind::kAllReduce:
+    case CollectiveKind::kReduce:
       memory_->copy2D(call.slot(index), bytes, send, bytes, bytes, 1, stream);
       return bytes;
     case CollectiveKind::kBroadcast:
@@ -124,6 +128,7 @@ size_t DeviceStaging::copyIn(const Layout& call, size_t index, Stream stream) {
       memory_->copy2D(call.slot(index), bytes, send, bytes, bytes, 1, stream);
       return bytes;
     case CollectiveKind::kReduceScatter:  // the range of every rank's block, gathered densely
+    case CollectiveKind::kAllToAll:
       memory_->copy2D(call.slot(index), bytes, send, call.blockBytes(), bytes, call.blocks, stream);
       return bytes * call.blocks;
     case CollectiveKind::kAllGather:  // this rank's contribution into its block of the slot
@@ -141,10 +146,16 @@ size_t DeviceStaging::copyOut(const Layout& call, size_t index, Stream stream) {
     case CollectiveKind::kBroadcast:
       memory_->copy2D(recv, bytes, call.slot(index), bytes, bytes, 1, stream);
       return bytes;
+    case CollectiveKind::kReduce:  // the result exists on the root only
+      if (call.rank != call.args.root)
+        return 0;
+      memory_->copy2D(recv, bytes, call.slot(index), bytes, bytes, 1, stream);
+      return bytes;
     case CollectiveKind::kReduceScatter:  // this rank's reduced block
       memory_->copy2D(recv, bytes, call.ownBlock(index), bytes, bytes, 1, stream);
       return bytes;
     case CollectiveKind::kAllGather:  // the range of every block, scattered back
+    case CollectiveKind::kAllToAll:
       memory_->copy2D(recv, call.blockBytes(), call.slot(index), bytes, bytes, call.blocks, stream);
       return bytes * call.blocks;
   }
@@ -278,6 +289,9 @@ DeviceStaging::Totals DeviceStaging::run(const stream::CollectiveArgs& args,
                                          const RunHost& runHost) {
   GS_CHECK(args.residual == nullptr || args.kind == CollectiveKind::kAllReduce,
            Errc::kInvalidArgument, "error feedback (a residual) is for allreduce only");
+  GS_CHECK(args.kind != CollectiveKind::kAllToAll || args.layout == nullptr, Errc::kUnsupported,
+           "alltoallv of CUDA device buffers is not supported yet (gs_alltoall is; or pass host "
+           "buffers)");
   Totals totals;
   if (args.count == 0)
     return totals;

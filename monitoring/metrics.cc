@@ -25,6 +25,10 @@ const char* collectiveOpName(CollectiveOp op) noexcept {
       return "allgather";
     case CollectiveOp::kBroadcast:
       return "broadcast";
+    case CollectiveOp::kReduce:
+      return "reduce";
+    case CollectiveOp::kAllToAll:
+      return "alltoall";
   }
   return "unknown";
 }

@@ -21,9 +21,17 @@
 namespace gs::monitoring {
 
 /// Collective kinds, in the order of stream::CollectiveKind (a static_cast maps one to the other).
-enum class CollectiveOp : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
-inline constexpr int kCollectiveOps = 4;
-/// "allreduce", "reduce_scatter", "allgather", "broadcast".
+/// The values of stream::CollectiveKind (the communicator casts one to the other).
+enum class CollectiveOp : uint8_t {
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kBroadcast,
+  kReduce,
+  kAllToAll,
+};
+inline constexpr int kCollectiveOps = 6;
+/// "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "alltoall".
 const char* collectiveOpName(CollectiveOp op) noexcept;
 
 /// Error kinds counted by recordError: Errc::kInvalidArgument .. Errc::kInternal.

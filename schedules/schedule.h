@@ -146,9 +146,10 @@ struct AllToAllLayout {
   size_t recvExtent() const;
   bool operator==(const AllToAllLayout&) const = default;
 };
-/// Pairwise exchange: step k (1..N-1) sends to rank r+k and receives from rank r-k, every
-/// pair's message one header-only chunk at least (announceEmpty). Steps do not depend on
-/// each other, so every peer's chunks are in flight at once; the own block is a local copy.
+/// Pairwise exchange: N-1 send steps (to rank r+k, k = 1..N-1), then N-1 receive steps (from
+/// rank r-k), every pair's message one header-only chunk at least (announceEmpty). Out of
+/// place no step depends on another, so every peer's chunks are in flight at once; in place a
+/// block's incoming chunks wait for its outgoing ones. The own block is a local copy.
 Schedule pairwiseAllToAll(int rank, int nranks, const AllToAllLayout& layout);
 
 /// Builds the schedule of any collective kind. latencyBound selects the one-round exchange for

@@ -65,13 +65,22 @@ Schedule pairwiseAllToAll(int rank, int nranks, const AllToAllLayout& layout) {
     s.localCopies.push_back({block(BufferId::kSend, layout.sendDispls[me], layout.sendCounts[me]),
                              block(BufferId::kRecv, layout.recvDispls[me], layout.recvCounts[me])});
   }
+  // Sends first, then the receives, as separate steps: dependencies order only different steps,
+  // and in place the block received from rank j is the one sent to rank j, which must leave
+  // (chunk by chunk) before the peer's chunks overwrite it. Steps are no barrier: every send and
+  // receive is in flight at once when the buffers do not overlap.
   for (int k = 1; k < nranks; ++k) {
     const auto to = static_cast<size_t>(mod(rank + k, nranks));
-    const auto from = static_cast<size_t>(mod(rank - k, nranks));
     Step st;
     st.announceEmpty = true;
     st.sendPeer = static_cast<int>(to);
     st.send = block(BufferId::kSend, layout.sendDispls[to], layout.sendCounts[to]);
+    s.steps.push_back(st);
+  }
+  for (int k = 1; k < nranks; ++k) {
+    const auto from = static_cast<size_t>(mod(rank - k, nranks));
+    Step st;
+    st.announceEmpty = true;
     st.recvPeer = static_cast<int>(from);
     st.action = RecvAction::kCopy;
     st.dst = block(BufferId::kRecv, layout.recvDispls[from], layout.recvCounts[from]);

@@ -34,14 +34,11 @@ Engine::Engine(int rank,
   // Only devices that serve a link are waited on (a device with no connection would only eat
   // its slice of every wait); the primary one alone when there is no link at all.
   for (Link* link : links_) {
-    if (link != nullptr &&
-        std::find(devices_.begin(), devices_.end(), &link->device()) == devices_.end())
-      devices_.push_back(&link->device());
+    if (link != nullptr)
+      addDevice(link->device());
   }
   if (devices_.empty())
-    devices_.push_back(&device_);
-  for (transport::Device* d : devices_)
-    registrationPinsMemory_ |= d->properties().registrationPinsMemory;
+    addDevice(device_);
   for (int id = 0; id < format::kNumCodecIds; ++id) {
     codecs::CodecSpec spec;
     spec.id = static_cast<format::CodecId>(id);
@@ -56,6 +53,40 @@ void Engine::setChunkBytes(int64_t bytes) {
            "chunk size %lld outside [4096, %lld] (the receive slots hold one chunk)",
            static_cast<long long>(bytes), static_cast<long long>(config_.chunkBytes));
   chunkBytes_ = bytes;
+}
+
+void Engine::addDevice(transport::Device& device) {
+  if (std::find(devices_.begin(), devices_.end(), &device) != devices_.end())
+    return;
+  devices_.push_back(&device);
+  registrationPinsMemory_ |= device.properties().registrationPinsMemory;
+}
+
+void Engine::addLink(int peer, Link* link, monitoring::LinkCounters* counters) {
+  GS_CHECK(peer >= 0 && peer < nranks_ && peer != rank_ && link != nullptr, Errc::kInternal,
+           "no link can be added for rank %d", peer);
+  links_[peer] = link;
+  // The primary device alone stood in for "no link at all"; it stays: it registers buffers.
+  addDevice(link->device());
+  if (counters_.size() < static_cast<size_t>(nranks_))
+    counters_.resize(static_cast<size_t>(nranks_), nullptr);
+  counters_[peer] = counters;
+}
+
+void Engine::connectMissingPeers(const Plan& plan, CollectiveKind kind) {
+  std::vector<int> missing;
+  for (const auto& q : plan.links) {
+    GS_CHECK(q.peer >= 0 && q.peer < nranks_, Errc::kInternal, "schedule names rank %d of %d",
+             q.peer, nranks_);
+    if (links_[q.peer] == nullptr)
+      missing.push_back(q.peer);
+  }
+  if (missing.empty())
+    return;
+  GS_CHECK(linkMaker_, Errc::kInternal, "no connection to rank %d for %s", missing.front(),
+           collectiveName(kind));
+  std::sort(missing.begin(), missing.end());
+  linkMaker_(missing);
 }
 
 void Engine::setLinkCodec(int peer, const codecs::Codec* codec) {
@@ -98,10 +129,9 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
     p->schedule = buildReduce(args.reduceAlgorithm, rank_, nranks_, args.root, args.count);
     p->algorithm = reduceAlgorithmName(args.reduceAlgorithm);
   } else if (args.kind == CollectiveKind::kAllToAll) {
-    p->layout =
-        args.layout != nullptr ? *args.layout : AllToAllLayout::uniform(nranks_, args.count);
-    p->key.layout = args.layout != nullptr ? &p->layout : nullptr;
-    p->schedule = pairwiseAllToAll(rank_, nranks_, p->layout);
+    p->schedule = pairwiseAllToAll(
+        rank_, nranks_,
+        args.layout != nullptr ? *args.layout : AllToAllLayout::uniform(nranks_, args.count));
     p->algorithm = "pairwise";
   } else {
     p->schedule = buildSchedule(args.kind, rank_, nranks_, args.root, args.count, latencyBound);
@@ -123,8 +153,9 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
     p->plan = buildPlan({&p->schedule, send, recv, p->sendRegion.get(), p->recvRegion.get(), esize,
                          chunkElements,
                          std::max<size_t>(1, static_cast<size_t>(config_.slotsPerPeer) / 2)});
+    connectMissingPeers(p->plan, args.kind);
     for (auto& q : p->plan.links) {
-      Link* link = q.peer >= 0 && q.peer < nranks_ ? links_[q.peer] : nullptr;
+      Link* link = links_[q.peer];
       GS_CHECK(link != nullptr && link->connected(), Errc::kInternal,
                "no connection to rank %d for %s", q.peer, collectiveName(args.kind));
       if (args.codec != nullptr || p->adaptive)

@@ -3,6 +3,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +18,8 @@
 #include "transport/device.h"
 
 namespace gs::stream {
+
+struct Plan;
 
 /// One collective call as the engine sees it. Buffers are host memory.
 struct CollectiveArgs {
@@ -45,8 +48,8 @@ struct CollectiveArgs {
   /// Reduce (kReduce) schedule: the control plane picks it by size (cheapestReduce).
   ReduceAlgorithm reduceAlgorithm = ReduceAlgorithm::kChain;
   /// All-to-all with per-peer counts and displacements (alltoallv); null: `count` elements per
-  /// peer, blocks back to back. Must stay valid for the call; the plan keeps a copy.
-  const AllToAllLayout* layout = nullptr;
+  /// peer, blocks back to back. Shared: a queued request and the plan cache keep it alive.
+  std::shared_ptr<const AllToAllLayout> layout;
 };
 
 /// Figures of the last collective (for tools and, later, metrics).
@@ -120,6 +123,16 @@ class Engine {
   void setChunkBytes(int64_t bytes);
   int64_t chunkBytes() const { return chunkBytes_; }
 
+  /// Links made after construction: all-to-all and the reduce tree reach peers the other
+  /// schedules do not, and linking every pair up front costs a slot ring per pair. Called with
+  /// the peers a schedule needs and has no link to (ascending); it must connect them all and
+  /// hand each over through addLink(). Every rank running the same call asks for the matching
+  /// set (schedules pair up), so the maker may connect collectively. Unset: such a call fails.
+  using LinkMaker = std::function<void(const std::vector<int>& peers)>;
+  void setLinkMaker(LinkMaker maker) { linkMaker_ = std::move(maker); }
+  /// A link for `peer` (outlives the engine, as the constructor's); counters may be null.
+  void addLink(int peer, Link* link, monitoring::LinkCounters* counters);
+
   /// Per-peer counters the data path updates (relaxed atomics; set up before the first
   /// collective; entries may be null).
   void setLinkCounters(std::vector<monitoring::LinkCounters*> byPeer) {
@@ -139,6 +152,9 @@ class Engine {
   struct Prepared;
   Prepared& prepare(const CollectiveArgs& args);
   void registerOnLinkDevices(Prepared& p);
+  void connectMissingPeers(const Plan& plan, CollectiveKind kind);
+  void addDevice(transport::Device& device);
+  LinkMaker linkMaker_;
   void waitForActivity(std::chrono::microseconds maxWait);
   int rank_;
   int nranks_;

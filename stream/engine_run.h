@@ -164,7 +164,6 @@ struct Engine::Prepared {
   const char* algorithm = "ring";
   int64_t chunkBytes = 0;  // chunk size the plan was cut with
   bool adaptive = false;
-  AllToAllLayout layout;  // the call's (alltoallv), kept: key.layout points at the caller's
 
   bool matches(const CollectiveArgs& a) const {
     return a.kind == key.kind && a.send == key.send && a.recv == key.recv && a.count == key.count &&
@@ -172,7 +171,7 @@ struct Engine::Prepared {
            a.adaptive == key.adaptive && a.algorithm == key.algorithm &&
            a.reduceAlgorithm == key.reduceAlgorithm &&
            (a.layout == nullptr) == (key.layout == nullptr) &&
-           (a.layout == nullptr || *a.layout == layout);
+           (a.layout == nullptr || *a.layout == *key.layout);
   }
 };
 

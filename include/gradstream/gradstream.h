@@ -248,6 +248,58 @@ GS_API gs_status_t gs_broadcast(const void* sendbuff,
                                 struct CUstream_st* cuda_stream);
 
 /**
+ * Reduce to root (NCCL's ncclReduce): recvbuff is written on root only (may be NULL elsewhere;
+ * sendbuff == recvbuff on root is in place). A binomial tree for latency-bound sizes, a
+ * pipelined chain toward root for the rest, chosen by the cost model (logged at info when the
+ * choice changes). Every rank must pass the same root and op.
+ */
+GS_API gs_status_t gs_reduce(const void* sendbuff,
+                             void* recvbuff,
+                             size_t count,
+                             gs_dtype_t dtype,
+                             gs_redop_t op,
+                             int root,
+                             gs_comm_t comm,
+                             struct CUstream_st* stream);
+/**
+ * All-to-all: count elements per peer. Block j of sendbuff (count * size elements) goes to
+ * rank j, block i of recvbuff comes from rank i. Every peer's exchange is in flight at once. A
+ * floating-point dtype travels with the communicator's codec (exact for raw); sendbuff ==
+ * recvbuff is in place; other overlap is an error. Links to peers no other collective uses are
+ * made at the first call (collective, within the timeout).
+ */
+GS_API gs_status_t gs_alltoall(const void* sendbuff,
+                               void* recvbuff,
+                               size_t count,
+                               gs_dtype_t dtype,
+                               gs_comm_t comm,
+                               struct CUstream_st* stream);
+/**
+ * All-to-all with per-peer counts and displacements, in elements, one entry per rank (MPI's
+ * MPI_Alltoallv): sendcounts[j] elements at sendbuff + sdispls[j] go to rank j, recvcounts[i]
+ * from rank i land at recvbuff + rdispls[i]; what lies between the blocks is not written.
+ * sendcounts[j] on rank i must equal recvcounts[i] on rank j: a pair that disagrees fails on
+ * the receiving rank with both counts in the message (and on every rank still running the
+ * call). Blocks of a buffer must not overlap each other, nor sendbuff recvbuff. Host buffers
+ * only for now (device buffers: GS_ERR_UNSUPPORTED).
+ */
+GS_API gs_status_t gs_alltoallv(const void* sendbuff,
+                                const size_t* sendcounts,
+                                const size_t* sdispls,
+                                void* recvbuff,
+                                const size_t* recvcounts,
+                                const size_t* rdispls,
+                                gs_dtype_t dtype,
+                                gs_comm_t comm,
+                                struct CUstream_st* stream);
+/**
+ * Returns once every rank of comm has called it (and every earlier request of this rank is
+ * done: it runs in issue order like any call). Not in NCCL; what torch.distributed.barrier and
+ * MPI_Barrier users expect.
+ */
+GS_API gs_status_t gs_barrier(gs_comm_t comm);
+
+/**
  * Non-blocking collectives: the blocking calls' arguments and checks, plus *out_request.
  * Requests on one communicator (of every kind, and gradient-stream buckets) complete in the
  * order they were issued; a progress thread of the communicator runs them, so the caller may
@@ -290,6 +342,34 @@ GS_API gs_status_t gs_ibroadcast(const void* sendbuff,
                                  int root,
                                  gs_comm_t comm,
                                  struct CUstream_st* cuda_stream,
+                                 gs_request_t* out_request);
+
+GS_API gs_status_t gs_ireduce(const void* sendbuff,
+                              void* recvbuff,
+                              size_t count,
+                              gs_dtype_t dtype,
+                              gs_redop_t op,
+                              int root,
+                              gs_comm_t comm,
+                              struct CUstream_st* stream,
+                              gs_request_t* out_request);
+GS_API gs_status_t gs_ialltoall(const void* sendbuff,
+                                void* recvbuff,
+                                size_t count,
+                                gs_dtype_t dtype,
+                                gs_comm_t comm,
+                                struct CUstream_st* stream,
+                                gs_request_t* out_request);
+/** The arrays are copied before this returns; the buffers must stay valid until completion. */
+GS_API gs_status_t gs_ialltoallv(const void* sendbuff,
+                                 const size_t* sendcounts,
+                                 const size_t* sdispls,
+                                 void* recvbuff,
+                                 const size_t* recvcounts,
+                                 const size_t* rdispls,
+                                 gs_dtype_t dtype,
+                                 gs_comm_t comm,
+                                 struct CUstream_st* stream,
                                  gs_request_t* out_request);
 
 /**

@@ -139,20 +139,26 @@ TEST(AllToAllSchedules, UnevenLayoutsWithEmptyPairsAndGaps) {
   }
 }
 
-TEST(AllToAllSchedules, EveryPairIsOneStepOnItsOwnLinkAndEmptyPairsStillAnnounce) {
+TEST(AllToAllSchedules, SendsThenReceivesOnePerPeerAndEmptyPairsStillAnnounce) {
   const int n = 5;
   const AllToAllLayout layout = AllToAllLayout::uniform(n, 0);
   for (int r = 0; r < n; ++r) {
     const Schedule s = pairwiseAllToAll(r, n, layout);
-    ASSERT_EQ(s.steps.size(), static_cast<size_t>(n - 1));
+    ASSERT_EQ(s.steps.size(), static_cast<size_t>(2 * (n - 1)));
     std::vector<bool> sentTo(n, false), heardFrom(n, false);
     for (const Step& st : s.steps) {
       EXPECT_TRUE(st.announceEmpty);
       EXPECT_FALSE(st.forwards());
-      sentTo[st.sendPeer] = heardFrom[st.recvPeer] = true;
+      EXPECT_NE(st.sendPeer >= 0, st.recvPeer >= 0);  // a send or a receive, not both
+      if (st.sendPeer >= 0)
+        sentTo[st.sendPeer] = true;
+      if (st.recvPeer >= 0)
+        heardFrom[st.recvPeer] = true;
     }
-    for (int p = 0; p < n; ++p)
+    for (int p = 0; p < n; ++p) {
       EXPECT_EQ(sentTo[p], p != r) << "rank " << r << " peer " << p;
+      EXPECT_EQ(heardFrom[p], p != r) << "rank " << r << " peer " << p;
+    }
   }
 }
 
@@ -166,7 +172,7 @@ TEST(AllToAllSchedules, MismatchedPairsAndMisplacedBlocksAreCaught) {
   const std::string verdict = checkAllToAllSchedules(uniform, [&](int r) {
     Schedule s = pairwiseAllToAll(r, n, uniform[r]);
     if (r == 3)
-      s.steps[0].dst.offset = 0;  // rank 0's block written where rank 3's own block 0 lands
+      s.steps[n - 1].dst.offset = 0;  // rank 2's block written where rank 3's own block 0 lands
     return s;
   });
   EXPECT_NE(verdict.find("rank 3"), std::string::npos) << verdict;

@@ -3,6 +3,7 @@
 // algorithms, every root, counts of 0, 1 and several chunks, uneven all-to-all layouts with
 // empty pairs, a lossy codec, and mismatched all-to-all counts reported on both ends.
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -137,7 +138,7 @@ void expectAllToAll(RingCluster& cluster, const Layouts& l, const codecs::Codec*
     a.kind = CollectiveKind::kAllToAll;
     a.send = in.data();
     a.recv = out[r].data();
-    a.layout = &mine;
+    a.layout = std::make_shared<const AllToAllLayout>(mine);
     a.codec = codec;
     engine.run(a);
   });
@@ -198,7 +199,7 @@ TEST(EngineAllToAll, APairThatDisagreesOnItsCountFailsNamingBothCounts) {
     a.kind = CollectiveKind::kAllToAll;
     a.send = in.data();
     a.recv = out.data();
-    a.layout = &l.of[r];
+    a.layout = std::make_shared<const AllToAllLayout>(l.of[r]);
     engine.run(a);
   });
   const std::string cause =

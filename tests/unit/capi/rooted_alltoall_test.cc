@@ -1,0 +1,388 @@
+// gs_reduce, gs_alltoall, gs_alltoallv (blocking and non-blocking) and gs_barrier: N ranks as
+// threads over loopback, tcp and shm, every dtype, counts of 0, 1, odd and many chunks, both
+// reduce algorithms (the cost model takes the tree for small counts and the chain for large
+// ones), in place, uneven all-to-all layouts with empty pairs, a pair that disagrees on its
+// count, and the argument errors.
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gradstream/gradstream.h"
+#include "tools/support/dtype_elements.h"
+#include "unit/capi/rank_threads.h"
+
+namespace gs::testing {
+namespace {
+
+using support::dtypeSize;
+using support::loadElement;
+using support::storeElement;
+
+struct Failures {
+  std::mutex m;
+  std::vector<std::string> list;
+  void add(const std::string& s) {
+    std::lock_guard<std::mutex> l(m);
+    if (list.size() < 10)
+      list.push_back(s);
+  }
+  std::string first() const { return list.empty() ? "" : list.front(); }
+};
+
+constexpr gs_dtype_t kDtypes[] = {GS_FLOAT32, GS_FLOAT64, GS_FLOAT16, GS_BFLOAT16,
+                                  GS_INT32,   GS_INT64,   GS_UINT8};
+
+// Small integers: exact in every dtype, and in sums of up to 9 ranks.
+double valueOf(int rank, size_t i) {
+  return static_cast<double>((i * 3 + static_cast<size_t>(rank) * 7) % 11);
+}
+
+using Param = std::tuple<const char*, int>;  // transport, nranks
+class RootedAllToAll : public ::testing::TestWithParam<Param> {
+ protected:
+  RankOptions options() const {
+    RankOptions o;
+    o.transport = std::get<0>(GetParam());
+    o.chunkBytes = 4096;  // many chunks per block even for small counts
+    o.slots = 4;
+    return o;
+  }
+  int nranks() const { return std::get<1>(GetParam()); }
+};
+
+TEST_P(RootedAllToAll, ReduceEveryDtypeRootAndCountInAndOutOfPlace) {
+  const int n = nranks();
+  Failures f;
+  runRanks(n, options(), [&](int rank, gs_comm_t comm) {
+    for (gs_dtype_t t : kDtypes) {
+      const size_t es = dtypeSize(t);
+      for (int root : {0, n - 1}) {
+        // 7 elements: the tree; 20000 of them: the chain (cost model, see the file comment).
+        for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{20000}}) {
+          for (bool inPlace : {false, true}) {
+            std::vector<uint8_t> send(count * es + 1), recv(count * es + 1, 0xcd);
+            for (size_t i = 0; i < count; ++i)
+              storeElement(send.data(), t, i, valueOf(rank, i));
+            if (inPlace && rank == root)
+              send.swap(recv), std::copy(recv.begin(), recv.end(), send.begin());
+            const void* in = inPlace && rank == root ? recv.data() : send.data();
+            // Off the root recvbuff may be NULL: every other rank passes NULL, the last one a
+            // buffer that must stay untouched.
+            void* out = rank == root || rank == n - 1 ? recv.data() : nullptr;
+            if (gs_reduce(in, out, count, t, GS_SUM, root, comm, nullptr) != GS_OK) {
+              f.add(std::string("gs_reduce: ") + gs_last_error());
+              return;
+            }
+            for (size_t i = 0; i < count; ++i) {
+              double want = 0;
+              for (int q = 0; q < n; ++q)
+                want += valueOf(q, i);
+              if (rank == root && loadElement(recv.data(), t, i) != want) {
+                f.add("root " + std::to_string(root) + " element " + std::to_string(i) + " dtype " +
+                      std::to_string(t) + " count " + std::to_string(count));
+                return;
+              }
+            }
+            if (rank != root && out != nullptr && count > 0 && recv[0] != 0xcd)
+              f.add("rank " + std::to_string(rank) + " recvbuff written off the root");
+          }
+        }
+      }
+    }
+  });
+  EXPECT_TRUE(f.list.empty()) << f.first();
+}
+
+TEST_P(RootedAllToAll, AllToAllEveryDtypeAndCountInAndOutOfPlace) {
+  const int n = nranks();
+  Failures f;
+  runRanks(n, options(), [&](int rank, gs_comm_t comm) {
+    for (gs_dtype_t t : kDtypes) {
+      const size_t es = dtypeSize(t);
+      for (size_t count : {size_t{0}, size_t{1}, size_t{3}, size_t{3001}}) {
+        for (bool inPlace : {false, true}) {
+          const size_t total = count * static_cast<size_t>(n);
+          std::vector<uint8_t> send(total * es), recv(total * es, 0xcd);
+          // Element t of block j, from rank r: a value naming all three.
+          for (int j = 0; j < n; ++j) {
+            for (size_t i = 0; i < count; ++i)
+              storeElement(send.data(), t, j * count + i, valueOf(rank + 3 * j, i));
+          }
+          if (inPlace)
+            recv = send;
+          if (gs_alltoall(inPlace ? recv.data() : send.data(), recv.data(), count, t, comm,
+                          nullptr) != GS_OK) {
+            f.add(std::string("gs_alltoall: ") + gs_last_error());
+            return;
+          }
+          for (int i = 0; i < n; ++i) {
+            for (size_t k = 0; k < count; ++k) {
+              if (loadElement(recv.data(), t, i * count + k) != valueOf(i + 3 * rank, k)) {
+                f.add("rank " + std::to_string(rank) + " block " + std::to_string(i) + " element " +
+                      std::to_string(k) + (inPlace ? " in place" : ""));
+                return;
+              }
+            }
+          }
+        }
+      }
+    }
+  });
+  EXPECT_TRUE(f.list.empty()) << f.first();
+}
+
+// Rank r sends counts[r][j] elements to rank j, blocks in a shuffled order with gaps.
+struct Table {
+  std::vector<std::vector<size_t>> sendCounts, sendDispls, recvCounts, recvDispls;
+  size_t extent(const std::vector<size_t>& c, const std::vector<size_t>& d) const {
+    size_t e = 0;
+    for (size_t j = 0; j < c.size(); ++j)
+      e = std::max(e, c[j] > 0 ? d[j] + c[j] : 0);
+    return e;
+  }
+};
+
+Table randomTable(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Table t;
+  std::vector<std::vector<size_t>> counts(n, std::vector<size_t>(n));
+  for (auto& row : counts) {
+    for (auto& c : row)
+      c = rng() % 3 == 0 ? 0 : rng() % 2000;
+  }
+  auto place = [&](const std::vector<size_t>& sizes) {
+    std::vector<int> order(n);
+    for (int j = 0; j < n; ++j)
+      order[j] = j;
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<size_t> displs(n, 999999);  // empty blocks may name any displacement
+    size_t at = 0;
+    for (int j : order) {
+      at += rng() % 3;
+      if (sizes[j] > 0)
+        displs[j] = at;
+      at += sizes[j];
+    }
+    return displs;
+  };
+  for (int r = 0; r < n; ++r) {
+    std::vector<size_t> in(n);
+    for (int i = 0; i < n; ++i)
+      in[i] = counts[i][r];
+    t.sendCounts.push_back(counts[r]);
+    t.recvCounts.push_back(in);
+    t.sendDispls.push_back(place(counts[r]));
+    t.recvDispls.push_back(place(in));
+  }
+  return t;
+}
+
+TEST_P(RootedAllToAll, AllToAllvUnevenBlocksEmptyPairsAndGapsBlockingAndNot) {
+  const int n = nranks();
+  Failures f;
+  const Table table = randomTable(n, 11 + static_cast<uint32_t>(n));
+  runRanks(n, options(), [&](int rank, gs_comm_t comm) {
+    for (bool blocking : {true, false}) {
+      const size_t sendExtent = table.extent(table.sendCounts[rank], table.sendDispls[rank]);
+      const size_t recvExtent = table.extent(table.recvCounts[rank], table.recvDispls[rank]);
+      std::vector<float> send(sendExtent + 1), recv(recvExtent + 1, -1.f);
+      for (int j = 0; j < n; ++j) {
+        for (size_t k = 0; k < table.sendCounts[rank][j]; ++k)
+          send[table.sendDispls[rank][j] + k] = static_cast<float>(rank * 100000 + j * 2000 + k);
+      }
+      gs_status_t st;
+      if (blocking) {
+        st = gs_alltoallv(send.data(), table.sendCounts[rank].data(), table.sendDispls[rank].data(),
+                          recv.data(), table.recvCounts[rank].data(), table.recvDispls[rank].data(),
+                          GS_FLOAT32, comm, nullptr);
+      } else {
+        gs_request_t req = nullptr;
+        {
+          // The arrays are copied by the call: they may go before the request completes.
+          Table copy = table;
+          st =
+              gs_ialltoallv(send.data(), copy.sendCounts[rank].data(), copy.sendDispls[rank].data(),
+                            recv.data(), copy.recvCounts[rank].data(), copy.recvDispls[rank].data(),
+                            GS_FLOAT32, comm, nullptr, &req);
+        }
+        if (st == GS_OK)
+          st = gs_wait(req, -1);
+        gs_request_free(req);
+      }
+      if (st != GS_OK) {
+        f.add(std::string("alltoallv: ") + gs_last_error());
+        return;
+      }
+      std::vector<bool> inBlock(recv.size(), false);
+      for (int i = 0; i < n; ++i) {
+        for (size_t k = 0; k < table.recvCounts[rank][i]; ++k) {
+          const size_t at = table.recvDispls[rank][i] + k;
+          inBlock[at] = true;
+          if (recv[at] != static_cast<float>(i * 100000 + rank * 2000 + k)) {
+            f.add("rank " + std::to_string(rank) + " from " + std::to_string(i) + " element " +
+                  std::to_string(k));
+            return;
+          }
+        }
+      }
+      for (size_t at = 0; at < recv.size(); ++at) {
+        if (!inBlock[at] && recv[at] != -1.f)
+          f.add("rank " + std::to_string(rank) + " wrote the gap at " + std::to_string(at));
+      }
+    }
+  });
+  EXPECT_TRUE(f.list.empty()) << f.first();
+}
+
+TEST_P(RootedAllToAll, NonBlockingReduceAndAllToAllCompleteInIssueOrder) {
+  const int n = nranks();
+  Failures f;
+  runRanks(n, options(), [&](int rank, gs_comm_t comm) {
+    const size_t count = 5000;
+    std::vector<float> in(count * n), a2a(count * n), red(count, -1.f), ar(count);
+    for (size_t i = 0; i < in.size(); ++i)
+      in[i] = static_cast<float>(rank + i % 13);
+    gs_request_t r[3] = {};
+    bool ok =
+        gs_ireduce(in.data(), red.data(), count, GS_FLOAT32, GS_MAX, 0, comm, nullptr, &r[0]) ==
+            GS_OK &&
+        gs_ialltoall(in.data(), a2a.data(), count, GS_FLOAT32, comm, nullptr, &r[1]) == GS_OK &&
+        gs_iallreduce(in.data(), ar.data(), count, GS_FLOAT32, GS_SUM, comm, nullptr, &r[2]) ==
+            GS_OK;
+    // Issue order: once the last is done, so are the two before it.
+    ok = ok && gs_wait(r[2], -1) == GS_OK;
+    for (int k = 0; k < 2 && ok; ++k) {
+      int done = 0;
+      ok = gs_test(r[k], &done) == GS_OK;
+      if (ok && !done)
+        f.add("rank " + std::to_string(rank) + ": request " + std::to_string(k) +
+              " still running after a later one completed");
+    }
+    if (!ok)
+      f.add(std::string("request: ") + gs_last_error());
+    for (auto* q : r)
+      gs_request_free(q);
+    if (!ok)
+      return;
+    for (size_t i = 0; i < count; ++i) {
+      if (rank == 0 && red[i] != static_cast<float>(n - 1 + i % 13))
+        f.add("ireduce MAX element " + std::to_string(i));
+      for (int q = 0; q < n; ++q) {
+        if (a2a[q * count + i] != static_cast<float>(q + (rank * count + i) % 13)) {
+          f.add("ialltoall rank " + std::to_string(rank) + " block " + std::to_string(q));
+          return;
+        }
+      }
+    }
+  });
+  EXPECT_TRUE(f.list.empty()) << f.first();
+}
+
+TEST_P(RootedAllToAll, BarrierReturnsOnlyOnceEveryRankHasCalledIt) {
+  const int n = nranks();
+  std::atomic<int> entered{0};
+  Failures f;
+  runRanks(n, options(), [&](int rank, gs_comm_t comm) {
+    for (int round = 1; round <= 3; ++round) {
+      // The last rank comes late every round; no rank may leave before it arrived.
+      if (rank == n - 1)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      entered.fetch_add(1);
+      if (gs_barrier(comm) != GS_OK) {
+        f.add(std::string("gs_barrier: ") + gs_last_error());
+        return;
+      }
+      if (entered.load() < round * n)
+        f.add("rank " + std::to_string(rank) + " left barrier " + std::to_string(round) +
+              " before every rank entered it");
+      // Nobody enters the next round before everyone left this one's check.
+      if (gs_barrier(comm) != GS_OK)
+        f.add(std::string("gs_barrier: ") + gs_last_error());
+    }
+  });
+  EXPECT_TRUE(f.list.empty()) << f.first();
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports,
+                         RootedAllToAll,
+                         ::testing::Values(Param{"loopback", 1},
+                                           Param{"loopback", 2},
+                                           Param{"loopback", 3},
+                                           Param{"loopback", 5},
+                                           Param{"loopback", 9},
+                                           Param{"tcp", 2},
+                                           Param{"tcp", 4},
+                                           Param{"shm", 2},
+                                           Param{"shm", 3}),
+                         [](const ::testing::TestParamInfo<Param>& p) {
+                           return std::string(std::get<0>(p.param)) + "_" +
+                                  std::to_string(std::get<1>(p.param)) + "ranks";
+                         });
+
+TEST(RootedAllToAllErrors, APairThatDisagreesOnItsCountFailsNamingBothCounts) {
+  const int n = 3;
+  std::vector<std::string> errors(n);
+  RankOptions o;
+  o.timeoutMs = 3000;
+  runRanks(n, o, [&](int rank, gs_comm_t comm) {
+    std::vector<size_t> sc(n, 8), sd = {0, 8, 16}, rc(n, 8), rd = {0, 8, 16};
+    if (rank == 2)
+      sc[0] = 0;  // rank 0 expects 8 from rank 2
+    std::vector<float> send(24), recv(24);
+    if (gs_alltoallv(send.data(), sc.data(), sd.data(), recv.data(), rc.data(), rd.data(),
+                     GS_FLOAT32, comm, nullptr) != GS_OK)
+      errors[rank] = gs_last_error();
+  });
+  EXPECT_NE(errors[0].find("all-to-all counts differ between ranks: rank 2 sends 0 elements to "
+                           "rank 0, which expects 8 from it"),
+            std::string::npos)
+      << errors[0];
+}
+
+TEST(RootedAllToAllErrors, BadArgumentsNameTheArgument) {
+  RankOptions o;
+  runRanks(2, o, [&](int rank, gs_comm_t comm) {
+    if (rank != 0)
+      return;  // argument checks run before anything is sent: one rank is enough
+    float buf[8] = {};
+    EXPECT_EQ(gs_reduce(buf, buf, 4, GS_FLOAT32, GS_SUM, 2, comm, nullptr),
+              GS_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(gs_last_error()).find("root 2 is out of range"), std::string::npos);
+    EXPECT_EQ(gs_reduce(buf, nullptr, 4, GS_FLOAT32, GS_SUM, 0, comm, nullptr),
+              GS_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(gs_last_error()).find("recvbuff is NULL on the root"), std::string::npos);
+    EXPECT_EQ(gs_alltoall(buf, buf + 1, 2, GS_FLOAT32, comm, nullptr), GS_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(gs_last_error()).find("overlap"), std::string::npos);
+    size_t counts[2] = {2, 2}, displs[2] = {0, 1};  // recv blocks of ranks 0 and 1 overlap
+    size_t okDispls[2] = {0, 2};
+    EXPECT_EQ(
+        gs_alltoallv(buf, counts, okDispls, buf + 4, counts, displs, GS_FLOAT32, comm, nullptr),
+        GS_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(gs_last_error()).find("recv blocks of ranks 0 and 1 overlap"),
+              std::string::npos)
+        << gs_last_error();
+    EXPECT_EQ(
+        gs_alltoallv(buf, nullptr, okDispls, buf + 4, counts, okDispls, GS_FLOAT32, comm, nullptr),
+        GS_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(gs_last_error()).find("sendcounts or sdispls is NULL"),
+              std::string::npos);
+    size_t selfCounts[2] = {3, 2};
+    EXPECT_EQ(gs_alltoallv(buf, selfCounts, okDispls, buf + 4, counts, okDispls, GS_FLOAT32, comm,
+                           nullptr),
+              GS_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(gs_last_error()).find("sendcounts[0] = 3 but recvcounts[0] = 2"),
+              std::string::npos)
+        << gs_last_error();
+    EXPECT_EQ(gs_barrier(nullptr), GS_ERR_INVALID_ARGUMENT);
+  });
+}
+
+}  // namespace
+}  // namespace gs::testing
