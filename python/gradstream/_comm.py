@@ -120,6 +120,25 @@ class Communicator:
     def broadcast(self, send, recv, count, dtype, root, on_done, stream=None):
         self._issue("gs_ibroadcast", (send, recv, count, dtype, root), stream, on_done)
 
+    def reduce(self, send, recv, count, dtype, op, root, on_done, stream=None):
+        """recv is written on root only (it may be 0 elsewhere)."""
+        self._issue("gs_ireduce", (send, recv, count, dtype, op, root), stream, on_done)
+
+    def alltoall(self, send, recv, count, dtype, on_done, stream=None):
+        """count elements per peer: block j of send to rank j, block i of recv from rank i."""
+        self._issue("gs_ialltoall", (send, recv, count, dtype), stream, on_done)
+
+    def alltoallv(self, send, sendcounts, sdispls, recv, recvcounts, rdispls, dtype, on_done,
+                  stream=None):
+        """Counts and displacements in elements, one per rank (the call copies them)."""
+        arrays = [(_lib.c_size * len(a))(*a) for a in (sendcounts, sdispls, recvcounts, rdispls)]
+        self._issue("gs_ialltoallv", (send, arrays[0], arrays[1], recv, arrays[2], arrays[3],
+                                      dtype), stream, on_done)
+
+    def barrier(self):
+        """Blocks until every rank called it (after this rank's earlier requests)."""
+        check(_lib.lib.gs_barrier(self.handle), "gs_barrier")
+
     def stats(self):
         """gs_comm_stats as a dict (bytes_logical, bytes_wire, compression_ratio, transport...)."""
         st = _lib.CommStats()

@@ -1,5 +1,6 @@
 """The torch.distributed backend "gradstream" in real processes: every collective and dtype
-exact, async work completing by itself, more groups, clear errors, a dead rank."""
+exact (reduce and all-to-all among them), async work completing by itself, more groups, clear
+errors, a dead rank."""
 import pytest
 
 
@@ -13,6 +14,12 @@ def test_every_collective_and_dtype_is_exact(ranks, n):
 def test_async_work_completes_without_wait_and_groups_are_separate(ranks, shm):
     out = ranks(3, "asynchronous", env={"GS_SHM": shm}).check()
     assert out.results[0]["order"] == list(range(6))
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_reduce_all_to_all_and_barrier_are_exact(ranks, n):
+    out = ranks(n, "rooted_and_alltoall").check()
+    assert out.results[0]["checked"] == 7 * n * 3
 
 
 def test_bad_input_raises_a_clear_error(ranks):

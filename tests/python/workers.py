@@ -213,8 +213,11 @@ def bad_input():
     expect_error(ValueError, "input [0][1] is 3 x",
                  lambda: dist.reduce_scatter(torch.empty(2), [torch.ones(2), torch.ones(3)] +
                                              [torch.ones(2)] * (WORLD - 2)))
-    expect_error(RuntimeError, "all_to_all_single is not supported",
-                 lambda: dist.all_to_all_single(torch.empty(WORLD), torch.ones(WORLD)))
+    expect_error(RuntimeError, "send is not supported",
+                 lambda: dist.send(torch.ones(2), dst=(RANK + 1) % WORLD))
+    expect_error(ValueError, "input_split_sizes",
+                 lambda: dist.all_to_all_single(torch.empty(WORLD), torch.ones(WORLD),
+                                                input_split_sizes=[1] * (WORLD + 1)))
     pg = dist.distributed_c10d._get_default_group()
     msg = expect_error(ValueError, "unknown communicator option",
                        lambda: pg.new_communicator(bogus=1))
@@ -229,6 +232,56 @@ def bad_input():
     assert torch.equal(t, torch.full((8,), float(WORLD)))
     dist.destroy_process_group()
     report(msg=msg)
+
+
+def rooted_and_alltoall():
+    """reduce (every dtype, every root, a non-contiguous tensor), all_to_all_single with equal
+    and unequal splits, all_to_all with tensors of different sizes, barrier: exact."""
+    init()
+    checked = 0
+    for dtype in FLOATS + INTS:
+        for root in range(WORLD):
+            for n in (1, 7, 20000):
+                t = values(RANK, n, dtype, "sum")
+                before = t.clone()
+                dist.reduce(t, dst=root)
+                want = reference(n, dtype, "sum") if RANK == root else before
+                assert torch.equal(t, want), (dtype, root, n)
+                checked += 1
+    m = torch.arange(24, dtype=torch.float32).reshape(4, 6) + RANK
+    col = m[:, 1]  # non-contiguous
+    dist.reduce(col, dst=0, op=dist.ReduceOp.MAX)
+    if RANK == 0:
+        assert torch.equal(col, torch.arange(4, dtype=torch.float32) * 6 + 1 + WORLD - 1)
+
+    # all_to_all_single, equal splits: element k of block j from rank r is 1000 r + 10 j + k
+    per = 3
+    inp = torch.tensor([1000 * RANK + 10 * j + k for j in range(WORLD) for k in range(per)],
+                       dtype=torch.float64)
+    out = torch.empty_like(inp)
+    dist.all_to_all_single(out, inp)
+    want = torch.tensor([1000 * i + 10 * RANK + k for i in range(WORLD) for k in range(per)],
+                        dtype=torch.float64)
+    assert torch.equal(out, want), out
+    # unequal splits along dim 0 (rows of 2): rank r sends j + r rows to rank j
+    send_rows = [j + RANK for j in range(WORLD)]
+    recv_rows = [RANK + i for i in range(WORLD)]
+    inp = torch.cat([torch.full((send_rows[j], 2), float(100 * RANK + j)) for j in range(WORLD)])
+    out = torch.empty(sum(recv_rows), 2)
+    work = dist.all_to_all_single(out, inp, output_split_sizes=recv_rows,
+                                  input_split_sizes=send_rows, async_op=True)
+    work.wait()
+    want = torch.cat([torch.full((recv_rows[i], 2), float(100 * i + RANK)) for i in range(WORLD)])
+    assert torch.equal(out, want), out
+    # all_to_all: a tensor per peer, sizes differing per pair, int64
+    ins = [torch.full((RANK + j + 1,), 10 * RANK + j, dtype=torch.int64) for j in range(WORLD)]
+    outs = [torch.empty(i + RANK + 1, dtype=torch.int64) for i in range(WORLD)]
+    dist.all_to_all(outs, ins)
+    for i in range(WORLD):
+        assert torch.equal(outs[i], torch.full((i + RANK + 1,), 10 * i + RANK, dtype=torch.int64))
+    dist.barrier()
+    dist.destroy_process_group()
+    report(checked=checked)
 
 
 def dead_rank():

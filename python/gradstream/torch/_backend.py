@@ -281,16 +281,21 @@ class ProcessGroupGradstream(dist.ProcessGroup):
                              T.OPS[dist.ReduceOp.RedOpType.MAX], done, None)
         return self._work(future)
 
-    # Rooted collectives through the ones above: reduce = allreduce (every rank computes the
-    # result, the root keeps it), gather = allgather, scatter = broadcast of the root's list.
-    # Correct, not bandwidth-optimal (they move N times what a rooted schedule would).
     def reduce(self, tensors, opts=None):
+        """gs_reduce per tensor, in place: the root's tensor gets the result, the others'
+        stay as they were."""
         root = opts.rootRank if opts is not None else 0
         self._check_rank(root, "reduce root")
-        # ReduceOptions carries reduceOp as AllreduceOptions does: allreduce reads only that.
-        return self.allreduce([t if self._group_rank == root else t.clone() for t in tensors],
-                              opts)
+        op = _op(opts)
+        mine = self._group_rank == root
+        return self._in_place_each(
+            "reduce", tensors,
+            lambda p, n, dtype, done, stream: self._comm.reduce(p, p if mine else 0, n, dtype, op,
+                                                                root, done, stream))
 
+    # Gather and scatter through the collectives above: gather = allgather, scatter = broadcast
+    # of the root's list. Correct, not bandwidth-optimal (they move N times what a rooted
+    # schedule would).
     def gather(self, output_lists, inputs, opts=None):
         root = opts.rootRank if opts is not None else 0
         self._check_rank(root, "gather root")
@@ -323,16 +328,94 @@ class ProcessGroupGradstream(dist.ProcessGroup):
 
     def _unsupported(self, name):
         raise RuntimeError(f"gradstream backend: {name} is not supported yet (allreduce, "
-                           "broadcast, allgather, reduce_scatter, barrier, reduce, gather and "
-                           "scatter are); use another group for it")
+                           "broadcast, allgather, reduce_scatter, barrier, reduce, gather, "
+                           "scatter, all_to_all and all_to_all_single are); use another group "
+                           "for it")
 
-    def alltoall(self, *args, **kwargs):
-        self._unsupported("alltoall")
+    def _alltoallv(self, what, out, inp, send_counts, recv_counts, finish, result):
+        """One gs_ialltoallv from the flat input into the flat output (element counts per peer,
+        blocks back to back); finish runs after it (write-backs)."""
+        device, stream = self._begin([out, inp], f"{what} tensors")
+        if out.dtype != inp.dtype:
+            raise TypeError(f"gradstream: {what} output is {out.dtype}, input {inp.dtype}")
+        future = T.new_future(device)
+        send = inp.contiguous()
+        recv, write_back = T.contiguous(out)
+        done = _Completion(future, result, 1, what,
+                           ([write_back] if write_back else []) + list(finish))
+        done.hold(send, recv)
+        self._comm.alltoallv(send.data_ptr(), send_counts, _displacements(send_counts),
+                             recv.data_ptr(), recv_counts, _displacements(recv_counts),
+                             T.gs_dtype(send, f"{what} input"), done, stream)
+        return self._work(future)
 
-    def all_to_all_single(self, *args, **kwargs):
-        self._unsupported("all_to_all_single")
+    def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None,
+                          opts=None):
+        """dist.all_to_all_single: equal splits (gs_alltoall) or rows per peer along dim 0
+        (gs_alltoallv)."""
+        n = self._group_size
+        what = "all_to_all_single"
+        if not output_split_sizes and not input_split_sizes:
+            if input.numel() % n or output.numel() != input.numel():
+                raise ValueError(f"gradstream: {what} needs input and output of one size "
+                                 f"divisible by the group size {n} (input {input.numel()}, "
+                                 f"output {output.numel()} elements) without split sizes")
+            device, stream = self._begin([output, input], f"{what} tensors")
+            if output.dtype != input.dtype:
+                raise TypeError(f"gradstream: {what} output is {output.dtype}, "
+                                f"input {input.dtype}")
+            future = T.new_future(device)
+            send = input.contiguous()
+            recv, write_back = T.contiguous(output)
+            done = _Completion(future, [output], 1, what, [write_back] if write_back else [])
+            done.hold(send, recv)
+            self._comm.alltoall(send.data_ptr(), recv.data_ptr(), send.numel() // n,
+                                T.gs_dtype(send, f"{what} input"), done, stream)
+            return self._work(future)
+        send_counts = self._split_counts(input, input_split_sizes, "input", what)
+        recv_counts = self._split_counts(output, output_split_sizes, "output", what)
+        return self._alltoallv(what, output, input, send_counts, recv_counts, (), [output])
 
     alltoall_base = all_to_all_single
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        """dist.all_to_all: input_tensors[j] to rank j, output_tensors[i] from rank i (any
+        sizes; through one flat staging buffer each way)."""
+        what = "all_to_all"
+        for name, lst in (("output", output_tensors), ("input", input_tensors)):
+            if len(lst) != self._group_size:
+                raise ValueError(f"gradstream: {what} takes {self._group_size} {name} tensors "
+                                 f"(one per rank), not {len(lst)}")
+        dtypes = {t.dtype for t in list(output_tensors) + list(input_tensors)}
+        if len(dtypes) != 1:
+            raise TypeError(f"gradstream: {what} tensors differ in dtype: {sorted(map(str, dtypes))}")
+        inp = torch.cat([t.reshape(-1) for t in input_tensors])
+        out = torch.empty(sum(t.numel() for t in output_tensors), dtype=inp.dtype,
+                          device=inp.device)
+
+        def write_back():
+            offset = 0
+            for t in output_tensors:
+                t.copy_(out[offset:offset + t.numel()].view_as(t))
+                offset += t.numel()
+        return self._alltoallv(what, out, inp, [t.numel() for t in input_tensors],
+                               [t.numel() for t in output_tensors], [write_back],
+                               list(output_tensors))
+
+    def _split_counts(self, tensor, splits, name, what):
+        """Element counts per peer of a dim-0 split (equal rows per peer when splits is empty)."""
+        n = self._group_size
+        rows = tensor.shape[0] if tensor.dim() > 0 else 1
+        per_row = tensor.numel() // rows if rows else 0
+        if not splits:
+            if rows % n:
+                raise ValueError(f"gradstream: {what} {name} has {rows} rows, not divisible by "
+                                 f"the group size {n}")
+            splits = [rows // n] * n
+        if len(splits) != n or sum(splits) != rows or min(splits) < 0:
+            raise ValueError(f"gradstream: {what} {name}_split_sizes {list(splits)} must be "
+                             f"{n} non-negative sizes adding up to the {name}'s {rows} rows")
+        return [int(k) * per_row for k in splits]
 
     def send(self, *args, **kwargs):
         self._unsupported("send")
@@ -357,6 +440,15 @@ class ProcessGroupGradstream(dist.ProcessGroup):
             raise ValueError(f"gradstream: {what} {blocks_name} has {blocks.numel()} elements; "
                              f"it must have group size {self._group_size} x {block_name}'s "
                              f"{block.numel()}")
+
+
+def _displacements(counts):
+    """Blocks back to back: the running sum of the counts before each."""
+    out, at = [], 0
+    for c in counts:
+        out.append(at)
+        at += c
+    return out
 
 
 def _op(opts):
