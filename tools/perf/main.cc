@@ -22,169 +22,9 @@
 #include "perf/buffers.h"
 #include "perf/check.h"
 #include "perf/launcher.h"
+#include "perf/options.h"
 
 namespace {
-
-struct Options {
-  size_t minBytes = 8, maxBytes = 128 << 20;
-  double factor = 2;
-  int iters = 20, warmup = 5;
-  bool check = true;
-  gs_dtype_t dtype = GS_FLOAT32;
-  gs_redop_t op = GS_SUM;
-  std::string coll = "allreduce";
-  int root = 0;
-  int ranks = 0;
-  bool inPlace = false;
-  int timeoutSeconds = 900;
-  bool deviceBuffers = false;  // --device cuda
-  std::string timeline;        // --timeline FILE
-};
-
-// Exit statuses; the launcher (--ranks) exits with the first non-zero one of its ranks.
-constexpr int kExitUsage = 2;
-constexpr int kExitCallFailed = 3;  // a gradstream or CUDA call failed
-constexpr int kExitWrong = 4;       // results out of bounds
-constexpr int kExitNoDevice = 5;    // --device cuda where CUDA cannot run
-
-[[noreturn]] void usage(const char* why) {
-  if (why)
-    fprintf(stderr, "gradstream-perf: %s\n\n", why);
-  fprintf(stderr,
-          "usage: gradstream-perf [--ranks N] [-b bytes] [-e bytes] [-f factor] [-n iters]\n"
-          "       [-w warmup] [-c 0|1] [-d float32|float16|bfloat16|float64|int32|int64|uint8]\n"
-          "       [-o sum|avg|min|max|prod] [--coll allreduce|reduce_scatter|allgather|broadcast]\n"
-          "       [-r root] [--inplace] [--timeout seconds] [--device host|cuda]\n"
-          "       [--timeline FILE]\n"
-          "Sizes take K/M/G suffixes. Transport and tuning come from GS_* variables.\n"
-          "--device cuda: send/recv buffers in CUDA device memory (device LOCAL_RANK mod the\n"
-          "       device count), one stream per rank given to the collectives; each timed\n"
-          "       iteration includes the stream synchronization, so the time is until the result\n"
-          "       is in device memory. Filling and checking copy outside the timed region.\n"
-          "--timeline FILE: each rank appends a line per timed iteration to FILE.<rank>: bytes,\n"
-          "       steady-clock (CLOCK_MONOTONIC) seconds at its end, its time in us.\n"
-          "Exit status: 0 ok, 2 bad arguments, 3 a gradstream or CUDA call failed, 4 wrong\n"
-          "       results, 5 --device cuda where CUDA cannot run, 124 ranks over --timeout.\n");
-  exit(kExitUsage);
-}
-
-size_t parseSize(const char* s) {
-  char* end = nullptr;
-  double v = strtod(s, &end);
-  if (end == s || v < 0)
-    usage("bad size");
-  switch (*end) {
-    case 'k':
-    case 'K':
-      v *= 1024;
-      break;
-    case 'm':
-    case 'M':
-      v *= 1024 * 1024;
-      break;
-    case 'g':
-    case 'G':
-      v *= 1024.0 * 1024 * 1024;
-      break;
-    case '\0':
-      break;
-    default:
-      usage("bad size suffix");
-  }
-  return static_cast<size_t>(v);
-}
-
-gs_dtype_t parseDtype(const std::string& s) {
-  static const char* names[] = {"float32", "float16", "bfloat16", "float64",
-                                "int32",   "int64",   "uint8"};
-  for (int i = 0; i < 7; ++i) {
-    if (s == names[i])
-      return static_cast<gs_dtype_t>(i);
-  }
-  if (s == "float" || s == "fp32")
-    return GS_FLOAT32;
-  if (s == "half" || s == "fp16")
-    return GS_FLOAT16;
-  if (s == "bf16")
-    return GS_BFLOAT16;
-  usage("unknown dtype");
-}
-
-const char* dtypeName(gs_dtype_t d) {
-  static const char* names[] = {"float32", "float16", "bfloat16", "float64",
-                                "int32",   "int64",   "uint8"};
-  return names[d];
-}
-
-gs_redop_t parseOp(const std::string& s) {
-  static const char* names[] = {"sum", "avg", "min", "max", "prod"};
-  for (int i = 0; i < 5; ++i) {
-    if (s == names[i])
-      return static_cast<gs_redop_t>(i);
-  }
-  usage("unknown op");
-}
-
-const char* opName(gs_redop_t o) {
-  static const char* names[] = {"sum", "avg", "min", "max", "prod"};
-  return names[o];
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> const char* {
-      if (i + 1 >= argc)
-        usage(("missing value after " + a).c_str());
-      return argv[++i];
-    };
-    if (a == "-b" || a == "--minbytes")
-      o.minBytes = parseSize(next());
-    else if (a == "-e" || a == "--maxbytes")
-      o.maxBytes = parseSize(next());
-    else if (a == "-f" || a == "--stepfactor")
-      o.factor = atof(next());
-    else if (a == "-n" || a == "--iters")
-      o.iters = atoi(next());
-    else if (a == "-w" || a == "--warmup_iters")
-      o.warmup = atoi(next());
-    else if (a == "-c" || a == "--check")
-      o.check = atoi(next()) != 0;
-    else if (a == "-d" || a == "--datatype")
-      o.dtype = parseDtype(next());
-    else if (a == "-o" || a == "--op")
-      o.op = parseOp(next());
-    else if (a == "-r" || a == "--root")
-      o.root = atoi(next());
-    else if (a == "--coll")
-      o.coll = next();
-    else if (a == "--ranks")
-      o.ranks = atoi(next());
-    else if (a == "--inplace")
-      o.inPlace = true;
-    else if (a == "--timeout")
-      o.timeoutSeconds = atoi(next());
-    else if (a == "--device") {
-      const std::string d = next();
-      if (d != "host" && d != "cuda")
-        usage("--device takes host or cuda");
-      o.deviceBuffers = d == "cuda";
-    } else if (a == "--timeline")
-      o.timeline = next();
-    else if (a == "-h" || a == "--help")
-      usage(nullptr);
-    else
-      usage(("unknown argument " + a).c_str());
-  }
-  if (o.factor <= 1 || o.iters < 1 || o.warmup < 0 || o.minBytes > o.maxBytes)
-    usage("bad sweep");
-  if (o.coll != "allreduce" && o.coll != "reduce_scatter" && o.coll != "allgather" &&
-      o.coll != "broadcast") {
-    usage("unknown collective");
-  }
-  return o;
-}
 
 #define GS_TRY(call)                                                                \
   do {                                                                              \
@@ -209,10 +49,18 @@ struct Bench {
   // buffer, i.e. the full vector for allreduce/broadcast and N blocks for the others).
   size_t blockCount(size_t bytes) const {
     size_t count = bytes / esize;
-    if (o.coll == "reduce_scatter" || o.coll == "allgather")
+    if (blockwise())
       count /= static_cast<size_t>(nranks);
     return count;
   }
+  // The collectives whose larger buffer holds a block per rank.
+  bool blockwise() const {
+    return o.coll == "reduce_scatter" || o.coll == "allgather" || o.coll == "alltoall";
+  }
+  bool reduces() const {
+    return o.coll == "allreduce" || o.coll == "reduce_scatter" || o.coll == "reduce";
+  }
+  bool rooted() const { return o.coll == "broadcast" || o.coll == "reduce"; }
 
   // send and recv are host views. For device buffers the call returns with the result copies
   // enqueued on the stream; buffers.synchronize() waits for them.
@@ -226,6 +74,10 @@ struct Bench {
       GS_TRY(gs_reduce_scatter(send, recv, count, o.dtype, o.op, comm, stream));
     else if (o.coll == "allgather")
       GS_TRY(gs_allgather(send, recv, count, o.dtype, comm, stream));
+    else if (o.coll == "reduce")
+      GS_TRY(gs_reduce(send, recv, count, o.dtype, o.op, o.root, comm, stream));
+    else if (o.coll == "alltoall")
+      GS_TRY(gs_alltoall(send, recv, count, o.dtype, comm, stream));
     else
       GS_TRY(gs_broadcast(send, recv, count, o.dtype, o.root, comm, stream));
   }
@@ -284,7 +136,7 @@ struct Bench {
 
   // Fills the inputs, runs once, and counts wrong elements on this rank.
   size_t check(uint8_t* sendBase, uint8_t* recv, size_t count) {
-    const bool reduce = o.coll == "allreduce" || o.coll == "reduce_scatter";
+    const bool reduce = reduces();
     const gs_redop_t op = reduce ? o.op : GS_SUM;
     const double tol = o.op == GS_AVG && reduce ? (esize == 2 ? 1e-2 : 1e-6) : 0.0;
     uint8_t* send = o.inPlace ? inPlaceSend(sendBase, recv, count) : sendBase;
@@ -299,6 +151,24 @@ struct Bench {
       runChecked(send, count * nranks, recv, count, recv, count);
       return countWrong(recv, o.dtype, count, count * rank, tol,
                         [&](size_t i) { return expectedReduction(o.dtype, op, nranks, i); });
+    }
+    if (o.coll == "reduce") {  // the result exists on the root only
+      fillContribution(send, o.dtype, op, rank, count, 0);
+      runChecked(send, count, recv, count, recv, count);
+      if (rank != o.root)
+        return 0;
+      return countWrong(recv, o.dtype, count, 0, tol,
+                        [&](size_t i) { return expectedReduction(o.dtype, op, nranks, i); });
+    }
+    if (o.coll == "alltoall") {  // block i from rank i: its block for this rank
+      fillContribution(send, o.dtype, GS_SUM, rank, count * nranks, 0);
+      runChecked(send, count * nranks, recv, count, recv, count * nranks);
+      size_t wrong = 0;
+      for (int r = 0; r < nranks; ++r) {
+        wrong += countWrong(recv + count * esize * r, o.dtype, count, count * rank, 0,
+                            [&](size_t i) { return contribution(GS_SUM, r, i); });
+      }
+      return wrong;
     }
     if (o.coll == "allgather") {
       fillContribution(send, o.dtype, GS_SUM, rank, count, 0);
@@ -355,9 +225,7 @@ struct Bench {
     int64_t totalWrong = 0;
     for (size_t bytes = o.minBytes; bytes <= o.maxBytes;) {
       const size_t count = blockCount(bytes);
-      const size_t sizeBytes = (o.coll == "reduce_scatter" || o.coll == "allgather")
-                                   ? count * esize * nranks
-                                   : count * esize;
+      const size_t sizeBytes = blockwise() ? count * esize * nranks : count * esize;
       uint8_t* send = buffers.send();
       uint8_t* recv = buffers.recv();
       if (o.inPlace && o.coll == "reduce_scatter") {
@@ -402,15 +270,14 @@ struct Bench {
       wrong = sumOverRanks(wrong);
       totalWrong += wrong;
       const double algbw = us > 0 ? static_cast<double>(sizeBytes) / us / 1e3 : 0;
-      const double factor = o.coll == "allreduce"   ? 2.0 * (nranks - 1) / nranks
-                            : o.coll == "broadcast" ? 1.0
-                                                    : static_cast<double>(nranks - 1) / nranks;
+      const double factor = o.coll == "allreduce" ? 2.0 * (nranks - 1) / nranks
+                            : rooted()            ? 1.0
+                                                  : static_cast<double>(nranks - 1) / nranks;
       if (rank == 0) {
         printf("  %10zu %12zu %8s %6s %5d %11.1f %11.3f %11.3f %7lld %s\n", sizeBytes,
-               sizeBytes / esize, dtypeName(o.dtype),
-               (o.coll == "allreduce" || o.coll == "reduce_scatter") ? opName(o.op) : "none",
-               o.coll == "broadcast" ? o.root : -1, us, algbw, algbw * factor,
-               static_cast<long long>(wrong), algo);
+               sizeBytes / esize, dtypeName(o.dtype), reduces() ? opName(o.op) : "none",
+               rooted() ? o.root : -1, us, algbw, algbw * factor, static_cast<long long>(wrong),
+               algo);
         fflush(stdout);
       }
       const size_t next = static_cast<size_t>(static_cast<double>(bytes) * o.factor);
@@ -453,7 +320,7 @@ int localRank(int globalRank) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options o = parse(argc, argv);
+  Options o = parseOptions(argc, argv);
   // Refused before any rank starts (and again by each rank a launcher started), naming why.
   if (o.deviceBuffers) {
     const std::string why = cudaUnavailableReason();
