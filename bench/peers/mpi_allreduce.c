@@ -1,7 +1,8 @@
 /*
- * MPI allreduce peer: MPI_Allreduce(MPI_IN_PLACE, float, MPI_SUM) with gradstream-perf's flags
- * and table (see bench_common.h). The transport is whatever mpirun selects; bench/peers.sh pins
- * OpenMPI to TCP on lo:
+ * MPI peer: MPI_Allreduce(MPI_IN_PLACE, float, MPI_SUM) with gradstream-perf's flags and table
+ * (see bench_common.h); --coll reduce runs MPI_Reduce to rank 0 instead, --coll alltoall
+ * MPI_Alltoall (size: the whole send buffer, size/N bytes per peer, as gradstream-perf counts
+ * it). The transport is whatever mpirun selects; bench/peers.sh pins OpenMPI to TCP on lo:
  *
  *   mpirun --allow-run-as-root --oversubscribe --bind-to none -np N \
  *          --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo mpi_allreduce [flags]
@@ -10,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bench_common.h"
 
@@ -23,7 +25,14 @@ int main(int argc, char** argv) {
   BenchArgs args;
   int* rest = malloc(sizeof(int) * (size_t)argc);
   int nrest = 0;
-  if (!bench_parse_args(argc, argv, &args, rest, &nrest) || nrest != 0) {
+  const char* coll = "allreduce";
+  int ok = bench_parse_args(argc, argv, &args, rest, &nrest);
+  if (ok && nrest == 2 && strcmp(argv[rest[0]], "--coll") == 0) {
+    coll = argv[rest[1]];
+    nrest = 0;
+  }
+  const int reduce = strcmp(coll, "reduce") == 0, alltoall = strcmp(coll, "alltoall") == 0;
+  if (!ok || nrest != 0 || (!reduce && !alltoall && strcmp(coll, "allreduce") != 0)) {
     if (rank == 0)
       bench_usage(argv[0], NULL);
     free(rest);
@@ -44,7 +53,8 @@ int main(int argc, char** argv) {
         break;
       }
     }
-    snprintf(peer, sizeof peer, "MPI_Allreduce (%s)", lib);
+    snprintf(peer, sizeof peer, "%s (%s)",
+             reduce ? "MPI_Reduce" : alltoall ? "MPI_Alltoall" : "MPI_Allreduce", lib);
     bench_print_header(peer, &args, n);
   }
 
@@ -59,7 +69,9 @@ int main(int argc, char** argv) {
       break;
     }
     float* buf = calloc(count, sizeof(float));
-    if (buf == NULL) {
+    float* out = calloc(count + 1, sizeof(float));  /* reduce's root and alltoall's receive */
+    const size_t block = count / (size_t)n;          /* alltoall: elements per peer */
+    if (buf == NULL || out == NULL) {
       fprintf(stderr, "mpi_allreduce: out of memory at %zu B\n", bytes);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -68,18 +80,32 @@ int main(int argc, char** argv) {
       bench_fill(buf, count, rank);
       MPI_Barrier(MPI_COMM_WORLD);
       double t0 = bench_now_us();
-      MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      if (reduce)
+        MPI_Reduce(buf, out, (int)count, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
+      else if (alltoall)
+        MPI_Alltoall(buf, (int)block, MPI_FLOAT, out, (int)block, MPI_FLOAT, MPI_COMM_WORLD);
+      else
+        MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       double t1 = bench_now_us();
       if (it < args.warmup)
         continue;
       times[it - args.warmup] = t1 - t0;
       if (args.check) {
-        uint64_t w = bench_count_wrong(buf, count, n);
+        uint64_t w = 0;
+        if (alltoall) {  /* block i from rank i: its elements r * block .. */
+          for (int i = 0; i < n; i++) {
+            for (size_t k = 0; k < block; k++)
+              w += out[(size_t)i * block + k] != bench_value((size_t)rank * block + k, i);
+          }
+        } else if (!reduce || rank == 0) {
+          w = bench_count_wrong(reduce ? out : buf, count, n);
+        }
         if (w > wrong)
           wrong = w;
       }
     }
     free(buf);
+    free(out);
     MPI_Allreduce(MPI_IN_PLACE, times, args.iters, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0)
