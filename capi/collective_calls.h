@@ -11,6 +11,14 @@
 
 namespace gs::capi {
 
+/// The call's arguments as the engine takes them (dtype and op already checked).
+stream::CollectiveArgs callArgs(stream::CollectiveKind kind,
+                                const void* send,
+                                void* recv,
+                                size_t count,
+                                gs_dtype_t dtype,
+                                gs_redop_t op);
+
 /// Buffers may be the same memory in NCCL's in-place layouts (send == inPlaceSend); any other
 /// overlap is kInvalidArgument (the result would depend on timing).
 void checkOverlap(const void* send,

@@ -13,6 +13,7 @@ namespace {
 
 using gs::Errc;
 using gs::capi::bytesOf;
+using gs::capi::callArgs;
 using gs::capi::checkOverlap;
 using gs::capi::checkTypes;
 using gs::capi::communicator;
@@ -42,22 +43,6 @@ void checkBlockBuffers(const gs::control::Communicator& c,
   }
 }
 
-gs::stream::CollectiveArgs reduceArgs(gs::stream::CollectiveKind kind,
-                                      const void* send,
-                                      void* recv,
-                                      size_t count,
-                                      gs_dtype_t dtype,
-                                      gs_redop_t op) {
-  gs::stream::CollectiveArgs a;
-  a.kind = kind;
-  a.send = send;
-  a.recv = recv;
-  a.count = count;
-  a.dtype = static_cast<gs::DataType>(dtype);
-  a.op = static_cast<gs::ReduceOp>(op);
-  return a;
-}
-
 // The builders take dtype and op by reference: a C caller may pass any integer, and copying an
 // enum outside its range is undefined before checkTypes has looked at it through memcpy.
 gs::stream::CollectiveArgs allreduceArgs(const void* send,
@@ -72,7 +57,7 @@ gs::stream::CollectiveArgs allreduceArgs(const void* send,
   GS_ARG(count == 0 || send != nullptr, "sendbuff is NULL");
   GS_ARG(count == 0 || recv != nullptr, "recvbuff is NULL");
   checkOverlap(send, bytes, recv, bytes, recv);
-  return reduceArgs(gs::stream::CollectiveKind::kAllReduce, send, recv, count, dtype, op);
+  return callArgs(gs::stream::CollectiveKind::kAllReduce, send, recv, count, dtype, op);
 }
 
 gs::stream::CollectiveArgs reduceScatterArgs(const void* send,
@@ -84,7 +69,7 @@ gs::stream::CollectiveArgs reduceScatterArgs(const void* send,
   auto& c = communicator(comm);
   checkTypes(dtype, op);
   checkBlockBuffers(c, send, recv, recvcount, dtype, "recvcount", true);
-  return reduceArgs(gs::stream::CollectiveKind::kReduceScatter, send, recv, recvcount, dtype, op);
+  return callArgs(gs::stream::CollectiveKind::kReduceScatter, send, recv, recvcount, dtype, op);
 }
 
 gs::stream::CollectiveArgs allgatherArgs(
@@ -92,7 +77,7 @@ gs::stream::CollectiveArgs allgatherArgs(
   auto& c = communicator(comm);
   checkTypes(dtype, GS_SUM);
   checkBlockBuffers(c, send, recv, sendcount, dtype, "sendcount", false);
-  return reduceArgs(gs::stream::CollectiveKind::kAllGather, send, recv, sendcount, dtype, GS_SUM);
+  return callArgs(gs::stream::CollectiveKind::kAllGather, send, recv, sendcount, dtype, GS_SUM);
 }
 
 gs::stream::CollectiveArgs broadcastArgs(
@@ -105,7 +90,7 @@ gs::stream::CollectiveArgs broadcastArgs(
   GS_ARG(count == 0 || recv != nullptr, "recvbuff is NULL");
   if (c.rank() == root)
     checkOverlap(send, bytes, recv, bytes, recv);
-  auto args = reduceArgs(gs::stream::CollectiveKind::kBroadcast, send, recv, count, dtype, GS_SUM);
+  auto args = callArgs(gs::stream::CollectiveKind::kBroadcast, send, recv, count, dtype, GS_SUM);
   args.root = root;
   return args;
 }
@@ -121,6 +106,22 @@ bool movesData(const stream::CollectiveArgs& args) {
   return args.count > 0 || args.layout != nullptr;
 }
 }  // namespace
+
+stream::CollectiveArgs callArgs(stream::CollectiveKind kind,
+                                const void* send,
+                                void* recv,
+                                size_t count,
+                                gs_dtype_t dtype,
+                                gs_redop_t op) {
+  stream::CollectiveArgs a;
+  a.kind = kind;
+  a.send = send;
+  a.recv = recv;
+  a.count = count;
+  a.dtype = static_cast<DataType>(dtype);
+  a.op = static_cast<ReduceOp>(op);
+  return a;
+}
 
 void checkOverlap(const void* send,
                   size_t sendBytes,

@@ -14,6 +14,7 @@
 namespace {
 
 using gs::capi::bytesOf;
+using gs::capi::callArgs;
 using gs::capi::checkOverlap;
 using gs::capi::checkTypes;
 using gs::capi::communicator;
@@ -23,22 +24,6 @@ using gs::capi::runBlocking;
 using gs::stream::AllToAllLayout;
 using gs::stream::CollectiveArgs;
 using gs::stream::CollectiveKind;
-
-CollectiveArgs callArgs(CollectiveKind kind,
-                        const void* send,
-                        void* recv,
-                        size_t count,
-                        gs_dtype_t dtype,
-                        gs_redop_t op) {
-  CollectiveArgs a;
-  a.kind = kind;
-  a.send = send;
-  a.recv = recv;
-  a.count = count;
-  a.dtype = static_cast<gs::DataType>(dtype);
-  a.op = static_cast<gs::ReduceOp>(op);
-  return a;
-}
 
 // dtype and op by reference: see collectives.cc (a C caller may pass any integer).
 CollectiveArgs reduceArgs(const void* send,

@@ -63,16 +63,6 @@ double reference(gs_dtype_t t, gs_redop_t op, int n, size_t i) {
   return acc;
 }
 
-struct Failures {
-  std::mutex m;
-  std::vector<std::string> list;
-  void add(const std::string& s) {
-    std::lock_guard<std::mutex> l(m);
-    if (list.size() < 10)
-      list.push_back(s);
-  }
-};
-
 void expectBuffer(Failures& f,
                   int rank,
                   const char* what,

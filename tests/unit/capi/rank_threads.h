@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,6 +33,17 @@ struct RankOptions {
   int64_t chunkMaxBytes = -1;
   const char* algo = nullptr;  // GS_ALGO
   int perHost = 0;             // > 0: ranks get host names "host<rank / perHost>"
+};
+
+/// What rank threads found wrong (the first ten), collected across threads.
+struct Failures {
+  std::mutex m;
+  std::vector<std::string> list;
+  void add(const std::string& s) {
+    std::lock_guard<std::mutex> l(m);
+    if (list.size() < 10)
+      list.push_back(s);
+  }
 };
 
 /// Creates nranks communicators on threads, runs body(rank, comm) on each, destroys them.
