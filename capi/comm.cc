@@ -81,6 +81,23 @@ gs_status_t gs_comm_init_from_env_version(gs_comm_t* out_comm,
   });
 }
 
+gs_status_t gs_comm_split(
+    gs_comm_t comm, int color, int key, const gs_config_t* config, gs_comm_t* out_comm) {
+  return guard([&] {
+    auto& parent = communicator(comm);
+    GS_ARG(out_comm != nullptr, "out_comm is NULL");
+    *out_comm = nullptr;
+    // No config: the child runs with the parent's settings (NCCL's ncclCommSplit likewise).
+    const gs::Config cfg = config != nullptr ? makeConfig(config) : parent.config();
+    auto child = parent.split(color, key, cfg);
+    if (!child)
+      return;  // GS_SPLIT_NOCOLOR
+    auto handle = std::make_unique<gs_comm_s>();
+    handle->comm = std::move(child);
+    *out_comm = handle.release();
+  });
+}
+
 gs_status_t gs_comm_rank(gs_comm_t comm, int* out_rank) {
   return guard([&] {
     auto& c = communicator(comm);

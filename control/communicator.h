@@ -121,6 +121,12 @@ class Communicator {
   /// host-memory fake). Set before the first collective.
   void setDeviceMemory(std::shared_ptr<codecs::DeviceMemory> memory);
 
+  /// gs_comm_split: collective over this communicator. Ranks passing one color (>= 0) form a
+  /// new communicator, ranked by key then by rank here; color -1 (GS_SPLIT_NOCOLOR) returns
+  /// null. Its rendezvous is opened by the group's first member on the address this rank's
+  /// links listen on; no unique id is needed. Links are new (the child's own).
+  std::unique_ptr<Communicator> split(int color, int key, const Config& config);
+
   void abort();
   const stream::CollectiveStats& lastStats() const { return engine_->lastStats(); }
   /// codec=auto: the controller (null for a fixed codec). Read it only between collectives.
@@ -169,6 +175,9 @@ class Communicator {
   /// matching ones at the same point, as at creation (connectPeerLinks).
   void linkLater(const std::vector<int>& peers);
 
+  /// An int32 allgather over this communicator (split's two rounds).
+  std::vector<int32_t> allgatherInts(std::vector<int32_t> mine);
+
   // ---- running collectives (communicator.cc) ----
   /// Holds execMutex_. record: count it as one collective in the metrics and stats (pieces of
   /// a staged call are counted once, by runStaged).
@@ -195,7 +204,7 @@ class Communicator {
   void progressLoop();
   void checkUsable() const;
   void recordCollective(const stream::CollectiveArgs& args, double seconds);
-  stream::Algorithm chooseAlgorithm(const stream::CollectiveArgs& args);  // holds execMutex_
+  stream::Algorithm chooseAlgorithm(const stream::CollectiveArgs& args);     // holds execMutex_
   stream::ReduceAlgorithm chooseReduce(const stream::CollectiveArgs& args);  // holds execMutex_
   /// Reduce through the tree off the root: the partial sums go here, never into the caller's
   /// recvbuff (which may be NULL there). Guarded by execMutex_.
@@ -207,6 +216,7 @@ class Communicator {
   int rank_;
   Config config_;
   std::string networkTransport_;  // resolved GS_TRANSPORT: tcp, verbs or loopback
+  std::string bindAddress_;       // where this rank's devices listen (split's rendezvous too)
   std::string transportName_;     // see transportName()
   ShmState shmState_ = ShmState::kOff;
   stream::Topology topology_;

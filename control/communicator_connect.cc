@@ -149,6 +149,7 @@ transport::DeviceOptions Communicator::openDevices(const UniqueId& id,
   // local address that reached rank 0 (loopback when rank 0 is on loopback).
   options.bindAddress =
       config_.socketIfname.empty() ? addressReachingRank0 : interfaceAddress(config_.socketIfname);
+  bindAddress_ = options.bindAddress;
   memcpy(&options.fabricId, id.secret.data(), sizeof(options.fabricId));
   options.config = config_;
   device_ = transport::createDevice(networkTransport_, options);

@@ -166,6 +166,23 @@ GS_API gs_status_t gs_comm_size(gs_comm_t comm, int* out_size);
  */
 GS_API gs_status_t gs_comm_abort(gs_comm_t comm);
 
+/** gs_comm_split's color for a rank that joins no new communicator. */
+#define GS_SPLIT_NOCOLOR (-1)
+
+/**
+ * Collective over comm: the ranks passing one color (>= 0) form a new communicator, ranked by
+ * key, then by their rank in comm; GS_SPLIT_NOCOLOR gives *out_comm = NULL. No unique id is
+ * needed: each group's first member opens its rendezvous on the address its links listen on,
+ * and comm carries the id to the others. config NULL: the parent's settings. The child has
+ * links of its own (not comm's) and is independent of comm afterwards (destroy either first).
+ * A color below -1 on any rank fails the call on every rank, naming that rank.
+ */
+GS_API gs_status_t gs_comm_split(gs_comm_t comm,
+                                 int color,
+                                 int key,
+                                 const gs_config_t* config,
+                                 gs_comm_t* out_comm);
+
 /** Frees the communicator. gs_comm_destroy(NULL) is a no-op. Not collective. */
 GS_API gs_status_t gs_comm_destroy(gs_comm_t comm);
 

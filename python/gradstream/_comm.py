@@ -67,11 +67,36 @@ class Communicator:
                                                   ctypes.byref(cid), int(rank), ctypes.byref(cfg),
                                                   _lib.API_VERSION), "gs_comm_init_rank")
         del keep
+        self._adopt(handle, rank, size)
+
+    def _adopt(self, handle, rank, size):
         self._handle = handle
         self._lock = threading.Lock()
         self.rank = int(rank)
         self.size = int(size)
         _live.add(self)
+
+    def split(self, color, key=0, **options):
+        """gs_comm_split (collective): a Communicator of the ranks with this color (>= 0),
+        ranked by key then rank, or None for color -1 (GS_SPLIT_NOCOLOR). Options: the child's
+        settings (none: this communicator's)."""
+        out = _lib.c_comm()
+        if options:
+            cfg, keep = _config(options)
+            check(_lib.lib.gs_comm_split(self.handle, int(color), int(key), ctypes.byref(cfg),
+                                         ctypes.byref(out)), "gs_comm_split")
+            del keep
+        else:
+            check(_lib.lib.gs_comm_split(self.handle, int(color), int(key), None,
+                                         ctypes.byref(out)), "gs_comm_split")
+        if not out:
+            return None
+        rank, size = ctypes.c_int(), ctypes.c_int()
+        check(_lib.lib.gs_comm_rank(out, ctypes.byref(rank)), "gs_comm_rank")
+        check(_lib.lib.gs_comm_size(out, ctypes.byref(size)), "gs_comm_size")
+        child = Communicator.__new__(Communicator)
+        child._adopt(out, rank.value, size.value)
+        return child
 
     @classmethod
     def from_store(cls, store, rank, size, key="gradstream/unique_id", **options):

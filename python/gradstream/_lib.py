@@ -114,6 +114,8 @@ _PROTOTYPES = {
                                   ctypes.c_int, ctypes.POINTER(Config), ctypes.c_int],
     "gs_comm_rank": [c_comm, ctypes.POINTER(ctypes.c_int)],
     "gs_comm_size": [c_comm, ctypes.POINTER(ctypes.c_int)],
+    "gs_comm_split": [c_comm, ctypes.c_int, ctypes.c_int, ctypes.POINTER(Config),
+                      ctypes.POINTER(c_comm)],
     "gs_comm_abort": [c_comm],
     "gs_comm_destroy": [c_comm],
     "gs_comm_stats": [c_comm, ctypes.POINTER(CommStats)],

@@ -22,6 +22,11 @@ def test_reduce_all_to_all_and_barrier_are_exact(ranks, n):
     assert out.results[0]["checked"] == 7 * n * 3
 
 
+def test_a_communicator_splits_into_halves(ranks):
+    out = ranks(3, "comm_split").check()
+    assert [r["size"] for r in out.results] == [2, 1, 2]
+
+
 def test_bad_input_raises_a_clear_error(ranks):
     ranks(2, "bad_input").check()
 

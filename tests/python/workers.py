@@ -284,6 +284,37 @@ def rooted_and_alltoall():
     report(checked=checked)
 
 
+def comm_split():
+    """gradstream.Communicator.split under torch: halves ranked by key, a collective on each
+    child, the NOCOLOR rank gets None, the parent keeps working."""
+    import ctypes
+    import threading
+    init()
+    parent = dist.distributed_c10d._get_default_group().communicator
+    child = parent.split(RANK % 2, key=-RANK)
+    members = sorted((r for r in range(WORLD) if r % 2 == RANK % 2), reverse=True)
+    assert (child.rank, child.size) == (members.index(RANK), len(members)), (child.rank,
+                                                                             child.size)
+    value = ctypes.c_int64(RANK + 1)
+    out = ctypes.c_int64(0)
+    done = threading.Event()
+    status = []
+    child.allreduce(ctypes.addressof(value), ctypes.addressof(out), 1, 5, 0,
+                    lambda st, msg: (status.append((st, msg)), done.set()))
+    assert done.wait(30) and status[0][0] == 0, status
+    assert out.value == sum(r + 1 for r in members), out.value
+    child.barrier()
+    child.destroy()
+    none = parent.split(-1 if RANK == 0 else 3)
+    assert (none is None) == (RANK == 0)
+    if none is not None:
+        assert none.size == WORLD - 1
+        none.destroy()
+    dist.barrier()
+    dist.destroy_process_group()
+    report(size=len(members))
+
+
 def dead_rank():
     """The last rank dies (os._exit) mid-job; the others must raise, not hang."""
     init(timeout_s=int(os.environ.get("GS_TEST_PG_TIMEOUT", "20")))

@@ -1,0 +1,148 @@
+// gs_comm_split: N ranks as threads over loopback, tcp and shm split by color into halves and
+// odd groups, ordered by key; split of a split; collectives on parent and child alternately;
+// GS_SPLIT_NOCOLOR; a bad color reported by every rank.
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gradstream/gradstream.h"
+#include "unit/capi/rank_threads.h"
+
+namespace gs::testing {
+namespace {
+
+// Sum over the communicator of every member's `value` (an allreduce of one int64).
+bool sumOf(gs_comm_t comm, int64_t value, int64_t* out) {
+  return gs_allreduce(&value, out, 1, GS_INT64, GS_SUM, comm, nullptr) == GS_OK;
+}
+
+using Param = std::tuple<const char*, int>;  // transport, nranks
+class CommSplit : public ::testing::TestWithParam<Param> {
+ protected:
+  RankOptions options() const {
+    RankOptions o;
+    o.transport = std::get<0>(GetParam());
+    return o;
+  }
+  int nranks() const { return std::get<1>(GetParam()); }
+};
+
+TEST_P(CommSplit, ColorsFormGroupsRankedByKeyAndBothCommunicatorsKeepWorking) {
+  const int n = nranks();
+  Failures f;
+  runRanks(n, options(), [&](int rank, gs_comm_t parent) {
+    // Even and odd parent ranks; key = -rank, so the highest parent rank is rank 0 of its group.
+    gs_comm_t child = nullptr;
+    if (gs_comm_split(parent, rank % 2, -rank, nullptr, &child) != GS_OK || child == nullptr) {
+      f.add("rank " + std::to_string(rank) + ": split: " + gs_last_error());
+      return;
+    }
+    int crank = -1, csize = -1;
+    gs_comm_rank(child, &crank);
+    gs_comm_size(child, &csize);
+    std::vector<int> group;
+    for (int r = n - 1; r >= 0; --r) {
+      if (r % 2 == rank % 2)
+        group.push_back(r);
+    }
+    if (csize != static_cast<int>(group.size()) || group[crank] != rank)
+      f.add("rank " + std::to_string(rank) + ": child rank " + std::to_string(crank) + " of " +
+            std::to_string(csize));
+    int64_t groupSum = 0;
+    for (int r : group)
+      groupSum += r + 1;
+    const int64_t all = static_cast<int64_t>(n) * (n + 1) / 2;
+    // Alternately on parent and child: each sees only its own members.
+    for (int round = 0; round < 3; ++round) {
+      int64_t p = 0, c = 0;
+      if (!sumOf(parent, rank + 1, &p) || !sumOf(child, rank + 1, &c)) {
+        f.add(std::string("collective: ") + gs_last_error());
+        break;
+      }
+      if (p != all || c != groupSum)
+        f.add("rank " + std::to_string(rank) + ": sums " + std::to_string(p) + " / " +
+              std::to_string(c));
+    }
+    // Split of the split: the child's first member alone, the rest together (odd groups).
+    gs_comm_t grandchild = nullptr;
+    const int color = crank == 0 ? 0 : 1;
+    if (gs_comm_split(child, color, crank, nullptr, &grandchild) != GS_OK || !grandchild) {
+      f.add(std::string("split of a split: ") + gs_last_error());
+    } else {
+      int gsize = 0;
+      gs_comm_size(grandchild, &gsize);
+      int64_t s = 0;
+      if (gsize != (crank == 0 ? 1 : csize - 1) || !sumOf(grandchild, 1, &s) || s != gsize)
+        f.add("rank " + std::to_string(rank) + ": grandchild of " + std::to_string(gsize));
+      gs_comm_destroy(grandchild);
+    }
+    gs_comm_destroy(child);
+    int64_t p = 0;
+    if (!sumOf(parent, 1, &p) || p != n)  // the parent outlives its children
+      f.add(std::string("parent after the children: ") + gs_last_error());
+  });
+  EXPECT_TRUE(f.list.empty()) << (f.list.empty() ? "" : f.list.front());
+}
+
+TEST_P(CommSplit, NoColorGivesNullAndTheOthersGoOn) {
+  const int n = nranks();
+  Failures f;
+  runRanks(n, options(), [&](int rank, gs_comm_t parent) {
+    gs_comm_t child = reinterpret_cast<gs_comm_t>(&f);  // must be overwritten
+    const int color = rank == 0 ? GS_SPLIT_NOCOLOR : 7;
+    if (gs_comm_split(parent, color, 0, nullptr, &child) != GS_OK) {
+      f.add(std::string("split: ") + gs_last_error());
+      return;
+    }
+    if (rank == 0) {
+      if (child != nullptr)
+        f.add("GS_SPLIT_NOCOLOR did not give NULL");
+      return;
+    }
+    int64_t s = 0;
+    if (child == nullptr || !sumOf(child, 1, &s) || s != n - 1)
+      f.add("rank " + std::to_string(rank) + ": the others' communicator");
+    gs_comm_destroy(child);
+  });
+  EXPECT_TRUE(f.list.empty()) << (f.list.empty() ? "" : f.list.front());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Transports,
+    CommSplit,
+    ::testing::Values(Param{"loopback", 1}, Param{"loopback", 5}, Param{"tcp", 4}, Param{"shm", 3}),
+    [](const ::testing::TestParamInfo<Param>& p) {
+      return std::string(std::get<0>(p.param)) + "_" + std::to_string(std::get<1>(p.param)) +
+             "ranks";
+    });
+
+TEST(CommSplitErrors, ABadColorFailsOnEveryRankNamingIt) {
+  const int n = 3;
+  std::vector<std::string> errors(n);
+  std::vector<gs_status_t> status(n);
+  runRanks(n, RankOptions{}, [&](int rank, gs_comm_t parent) {
+    gs_comm_t child = nullptr;
+    status[rank] = gs_comm_split(parent, rank == 1 ? -5 : 0, 0, nullptr, &child);
+    errors[rank] = gs_last_error();
+    if (child != nullptr)
+      gs_comm_destroy(child);
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(status[r], GS_ERR_INVALID_ARGUMENT) << "rank " << r;
+    EXPECT_NE(errors[r].find("rank 1 passed color -5"), std::string::npos) << errors[r];
+  }
+}
+
+TEST(CommSplitErrors, NullArguments) {
+  gs_comm_t out = nullptr;
+  EXPECT_EQ(gs_comm_split(nullptr, 0, 0, nullptr, &out), GS_ERR_INVALID_ARGUMENT);
+  runRanks(1, RankOptions{}, [&](int, gs_comm_t parent) {
+    EXPECT_EQ(gs_comm_split(parent, 0, 0, nullptr, nullptr), GS_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(gs_last_error()).find("out_comm is NULL"), std::string::npos);
+  });
+}
+
+}  // namespace
+}  // namespace gs::testing
