@@ -31,7 +31,7 @@ struct SendOp {
   bool raw = false;  // sent in the buffer's dtype whatever the collective's codec (Step::raw)
   uint32_t depBegin = 0, depEnd = 0;
   uint64_t stepCount = 0;  // elements of the whole step (an all-to-all pair's message)
-  uint64_t postedNs = 0;  // progress: when it was posted (chunk latency)
+  uint64_t postedNs = 0;   // progress: when it was posted (chunk latency)
 };
 
 struct RecvOp {

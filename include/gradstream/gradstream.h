@@ -177,11 +177,8 @@ GS_API gs_status_t gs_comm_abort(gs_comm_t comm);
  * links of its own (not comm's) and is independent of comm afterwards (destroy either first).
  * A color below -1 on any rank fails the call on every rank, naming that rank.
  */
-GS_API gs_status_t gs_comm_split(gs_comm_t comm,
-                                 int color,
-                                 int key,
-                                 const gs_config_t* config,
-                                 gs_comm_t* out_comm);
+GS_API gs_status_t
+gs_comm_split(gs_comm_t comm, int color, int key, const gs_config_t* config, gs_comm_t* out_comm);
 
 /** Frees the communicator. gs_comm_destroy(NULL) is a no-op. Not collective. */
 GS_API gs_status_t gs_comm_destroy(gs_comm_t comm);

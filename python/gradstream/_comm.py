@@ -81,14 +81,11 @@ class Communicator:
         ranked by key then rank, or None for color -1 (GS_SPLIT_NOCOLOR). Options: the child's
         settings (none: this communicator's)."""
         out = _lib.c_comm()
-        if options:
-            cfg, keep = _config(options)
-            check(_lib.lib.gs_comm_split(self.handle, int(color), int(key), ctypes.byref(cfg),
-                                         ctypes.byref(out)), "gs_comm_split")
-            del keep
-        else:
-            check(_lib.lib.gs_comm_split(self.handle, int(color), int(key), None,
-                                         ctypes.byref(out)), "gs_comm_split")
+        cfg, keep = _config(options) if options else (None, None)
+        check(_lib.lib.gs_comm_split(self.handle, int(color), int(key),
+                                     ctypes.byref(cfg) if cfg is not None else None,
+                                     ctypes.byref(out)), "gs_comm_split")
+        del keep
         if not out:
             return None
         rank, size = ctypes.c_int(), ctypes.c_int()

@@ -80,18 +80,9 @@ void expectBuffer(Failures& f,
   }
 }
 
-using Param = std::tuple<const char*, int>;  // transport, nranks
-
-class CollectivesTest : public ::testing::TestWithParam<Param> {
+class CollectivesTest : public TransportRanksTest {
  protected:
-  RankOptions options() const {
-    RankOptions o;
-    o.transport = std::get<0>(GetParam());
-    o.chunkBytes = 4096;  // many chunks per step even for small counts
-    o.slots = 4;
-    return o;
-  }
-  int nranks() const { return std::get<1>(GetParam()); }
+  RankOptions options() const { return chunkedOptions(); }
 };
 
 const size_t kCounts[] = {0, 1, 3, 7, 1000, 4099};
@@ -440,10 +431,7 @@ INSTANTIATE_TEST_SUITE_P(Transports,
                          CollectivesTest,
                          ::testing::Combine(::testing::Values("loopback", "tcp", "shm"),
                                             ::testing::Values(1, 2, 3, 4)),
-                         [](const ::testing::TestParamInfo<Param>& p) {
-                           return std::string(std::get<0>(p.param)) + "_" +
-                                  std::to_string(std::get<1>(p.param)) + "ranks";
-                         });
+                         transportRanksName);
 
 }  // namespace
 }  // namespace gs::testing

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -34,6 +35,30 @@ struct RankOptions {
   const char* algo = nullptr;  // GS_ALGO
   int perHost = 0;             // > 0: ranks get host names "host<rank / perHost>"
 };
+
+/// Tests parametrized by (transport, nranks): options() for the transport, nranks().
+using Param = std::tuple<const char*, int>;
+class TransportRanksTest : public ::testing::TestWithParam<Param> {
+ protected:
+  RankOptions options() const {
+    RankOptions o;
+    o.transport = std::get<0>(GetParam());
+    return o;
+  }
+  /// Small chunks and few slots: many chunks per block even for small counts.
+  RankOptions chunkedOptions() const {
+    RankOptions o = options();
+    o.chunkBytes = 4096;
+    o.slots = 4;
+    return o;
+  }
+  int nranks() const { return std::get<1>(GetParam()); }
+};
+
+/// Test names "<transport>_<n>ranks".
+inline std::string transportRanksName(const ::testing::TestParamInfo<Param>& p) {
+  return std::string(std::get<0>(p.param)) + "_" + std::to_string(std::get<1>(p.param)) + "ranks";
+}
 
 /// What rank threads found wrong (the first ten), collected across threads.
 struct Failures {

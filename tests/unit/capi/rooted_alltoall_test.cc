@@ -33,17 +33,10 @@ double valueOf(int rank, size_t i) {
   return static_cast<double>((i * 3 + static_cast<size_t>(rank) * 7) % 11);
 }
 
-using Param = std::tuple<const char*, int>;  // transport, nranks
-class RootedAllToAll : public ::testing::TestWithParam<Param> {
+// Many chunks per block even for small counts.
+class RootedAllToAll : public TransportRanksTest {
  protected:
-  RankOptions options() const {
-    RankOptions o;
-    o.transport = std::get<0>(GetParam());
-    o.chunkBytes = 4096;  // many chunks per block even for small counts
-    o.slots = 4;
-    return o;
-  }
-  int nranks() const { return std::get<1>(GetParam()); }
+  RankOptions options() const { return chunkedOptions(); }
 };
 
 TEST_P(RootedAllToAll, ReduceEveryDtypeRootAndCountInAndOutOfPlace) {
@@ -59,9 +52,11 @@ TEST_P(RootedAllToAll, ReduceEveryDtypeRootAndCountInAndOutOfPlace) {
             std::vector<uint8_t> send(count * es + 1), recv(count * es + 1, 0xcd);
             for (size_t i = 0; i < count; ++i)
               storeElement(send.data(), t, i, valueOf(rank, i));
-            if (inPlace && rank == root)
-              send.swap(recv), std::copy(recv.begin(), recv.end(), send.begin());
-            const void* in = inPlace && rank == root ? recv.data() : send.data();
+            // In place on the root: its input is already in recvbuff.
+            const bool inPlaceHere = inPlace && rank == root;
+            if (inPlaceHere)
+              recv = send;
+            const void* in = inPlaceHere ? recv.data() : send.data();
             // Off the root recvbuff may be NULL: every other rank passes NULL, the last one a
             // buffer that must stay untouched.
             void* out = rank == root || rank == n - 1 ? recv.data() : nullptr;
@@ -310,10 +305,7 @@ INSTANTIATE_TEST_SUITE_P(Transports,
                                            Param{"tcp", 4},
                                            Param{"shm", 2},
                                            Param{"shm", 3}),
-                         [](const ::testing::TestParamInfo<Param>& p) {
-                           return std::string(std::get<0>(p.param)) + "_" +
-                                  std::to_string(std::get<1>(p.param)) + "ranks";
-                         });
+                         transportRanksName);
 
 TEST(RootedAllToAllErrors, APairThatDisagreesOnItsCountFailsNamingBothCounts) {
   const int n = 3;

@@ -18,16 +18,7 @@ bool sumOf(gs_comm_t comm, int64_t value, int64_t* out) {
   return gs_allreduce(&value, out, 1, GS_INT64, GS_SUM, comm, nullptr) == GS_OK;
 }
 
-using Param = std::tuple<const char*, int>;  // transport, nranks
-class CommSplit : public ::testing::TestWithParam<Param> {
- protected:
-  RankOptions options() const {
-    RankOptions o;
-    o.transport = std::get<0>(GetParam());
-    return o;
-  }
-  int nranks() const { return std::get<1>(GetParam()); }
-};
+class CommSplit : public TransportRanksTest {};
 
 TEST_P(CommSplit, ColorsFormGroupsRankedByKeyAndBothCommunicatorsKeepWorking) {
   const int n = nranks();
