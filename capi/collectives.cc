@@ -101,9 +101,11 @@ namespace gs::capi {
 
 namespace {
 // Count 0 moves nothing on any rank (every rank passes the same count); an alltoallv's pairs
-// carry their own counts, so it always runs (a rank sending nothing still tells its peers).
+// and a point-to-point message carry their own counts, so they always run (a rank sending
+// nothing still tells its peer, which may expect something).
 bool movesData(const stream::CollectiveArgs& args) {
-  return args.count > 0 || args.layout != nullptr;
+  return args.count > 0 || args.layout != nullptr ||
+         args.kind == stream::CollectiveKind::kPointToPoint;
 }
 }  // namespace
 

@@ -334,6 +334,7 @@ void Communicator::recordCollective(const stream::CollectiveArgs& args, double s
       break;
     case stream::CollectiveKind::kBroadcast:
     case stream::CollectiveKind::kReduce:
+    case stream::CollectiveKind::kPointToPoint:  // count: the elements of the batch's messages
       break;
     case stream::CollectiveKind::kAllToAll:
       // The larger of what this rank sends and receives; (n-1)/n of it crosses a link.
@@ -370,6 +371,11 @@ Communicator::Stats Communicator::stats() const {
 
 void Communicator::run(const stream::CollectiveArgs& args, CUstream_st* cudaStream) {
   checkUsable();
+  if (args.kind == stream::CollectiveKind::kPointToPoint) {
+    checkMessage(args, cudaStream, bufferDevice(args.sending ? args.send : args.recv));
+    runMessage(args);
+    return;
+  }
   std::unique_lock<std::mutex> lock(queueMutex_);
   // Earlier non-blocking requests go first (issue order). Each is bounded by the timeout.
   queueCv_.wait(lock,
@@ -395,6 +401,8 @@ std::shared_ptr<Request> Communicator::submit(const stream::CollectiveArgs& args
   std::unique_ptr<StreamMark> issued;
   codecs::DeviceMemory* memory = deviceMemory();
   const int device = memory != nullptr ? collectiveDevice(*memory, args) : -1;
+  if (args.kind == stream::CollectiveKind::kPointToPoint)
+    checkMessage(args, cudaStream, device);
   if (device >= 0 || cudaStream != nullptr) {
     checkStreamUsable(memory);
     issued = std::make_unique<StreamMark>(deviceMemory_, cudaStream, device);
@@ -421,6 +429,13 @@ void Communicator::progressLoop() {
     queue_.pop_front();
     workerBusy_ = true;
     lock.unlock();
+    if (request->args().kind == stream::CollectiveKind::kPointToPoint) {
+      runMessages(request);
+      lock.lock();
+      workerBusy_ = false;
+      queueCv_.notify_all();
+      continue;
+    }
     try {
       runStaged(request->args(), nullptr, request->issued());
       request->complete(Errc::kOk, "");

@@ -179,6 +179,17 @@ class Communicator {
   std::vector<int32_t> allgatherInts(std::vector<int32_t> mine);
 
   // ---- running collectives (communicator.cc) ----
+  // ---- point-to-point (communicator_messages.cc) ----
+  /// The progress thread's run of point-to-point requests: `first` and every one queued
+  /// behind it, those posted meanwhile included (Engine::runPointToPoint), each completed as
+  /// its message is done. A failure completes the rest with the error.
+  void runMessages(const std::shared_ptr<Request>& first);
+  /// gs_send / gs_recv: queued like gs_isend / gs_irecv (so they run with the messages around
+  /// them) and waited for.
+  void runMessage(const stream::CollectiveArgs& args);
+  /// Host buffers only for now: device memory or a CUDA stream is kUnsupported.
+  void checkMessage(const stream::CollectiveArgs& args, CUstream_st* cudaStream, int device) const;
+
   /// Holds execMutex_. record: count it as one collective in the metrics and stats (pieces of
   /// a staged call are counted once, by runStaged).
   void execute(const stream::CollectiveArgs& args, bool record = true);

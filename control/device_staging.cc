@@ -109,6 +109,8 @@ struct DeviceStaging::Layout {
         h.send = ownBlock(index);
         h.recv = slot(index);
         break;
+      case CollectiveKind::kPointToPoint:  // refused before staging (Communicator::submit)
+        break;
     }
     return h;
   }
@@ -134,6 +136,8 @@ size_t DeviceStaging::copyIn(const Layout& call, size_t index, Stream stream) {
     case CollectiveKind::kAllGather:  // this rank's contribution into its block of the slot
       memory_->copy2D(call.ownBlock(index), bytes, send, bytes, bytes, 1, stream);
       return bytes;
+    case CollectiveKind::kPointToPoint:
+      break;
   }
   return 0;
 }
@@ -158,6 +162,8 @@ size_t DeviceStaging::copyOut(const Layout& call, size_t index, Stream stream) {
     case CollectiveKind::kAllToAll:
       memory_->copy2D(recv, call.blockBytes(), call.slot(index), bytes, bytes, call.blocks, stream);
       return bytes * call.blocks;
+    case CollectiveKind::kPointToPoint:
+      break;
   }
   return 0;
 }

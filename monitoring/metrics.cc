@@ -29,6 +29,8 @@ const char* collectiveOpName(CollectiveOp op) noexcept {
       return "reduce";
     case CollectiveOp::kAllToAll:
       return "alltoall";
+    case CollectiveOp::kSendRecv:
+      return "sendrecv";
   }
   return "unknown";
 }

@@ -29,9 +29,10 @@ enum class CollectiveOp : uint8_t {
   kBroadcast,
   kReduce,
   kAllToAll,
+  kSendRecv,  // point-to-point: one batch of messages run together
 };
-inline constexpr int kCollectiveOps = 6;
-/// "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "alltoall".
+inline constexpr int kCollectiveOps = 7;
+/// "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "alltoall", "sendrecv".
 const char* collectiveOpName(CollectiveOp op) noexcept;
 
 /// Error kinds counted by recordError: Errc::kInvalidArgument .. Errc::kInternal.

@@ -41,6 +41,8 @@ const char* collectiveName(CollectiveKind kind) {
       return "reduce";
     case CollectiveKind::kAllToAll:
       return "alltoall";
+    case CollectiveKind::kPointToPoint:
+      return "sendrecv";
   }
   return "unknown";
 }
@@ -175,6 +177,8 @@ Schedule buildSchedule(
       return buildReduce(ReduceAlgorithm::kChain, rank, nranks, root, count);
     case CollectiveKind::kAllToAll:
       return pairwiseAllToAll(rank, nranks, AllToAllLayout::uniform(nranks, count));
+    case CollectiveKind::kPointToPoint:
+      break;  // messages, not a schedule (Engine::runPointToPoint)
   }
   GS_CHECK(false, Errc::kInvalidArgument, "unknown collective kind");
   return {};

@@ -81,6 +81,7 @@ enum class CollectiveKind : uint8_t {
   kBroadcast,
   kReduce,
   kAllToAll,
+  kPointToPoint,  // gs_send / gs_recv messages (Engine::runPointToPoint), not a schedule
 };
 const char* collectiveName(CollectiveKind kind);
 

@@ -277,6 +277,8 @@ class Checker {
             break;
           case CollectiveKind::kAllToAll:
             break;  // verifyAllToAll
+          case CollectiveKind::kPointToPoint:
+            throw Failure{"point-to-point messages have no schedule"};
         }
       }
     }

@@ -153,6 +153,7 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
     p->plan = buildPlan({&p->schedule, send, recv, p->sendRegion.get(), p->recvRegion.get(), esize,
                          chunkElements,
                          std::max<size_t>(1, static_cast<size_t>(config_.slotsPerPeer) / 2)});
+    p->plan.messages.front().dtype = args.dtype;
     connectMissingPeers(p->plan, args.kind);
     for (auto& q : p->plan.links) {
       Link* link = links_[q.peer];
@@ -229,9 +230,12 @@ void Engine::run(const CollectiveArgs& args) {
   Run run(*this, args, id, p.plan, p.links);
   const uint64_t startNs = nowNs();
   run.execute();
-  const uint64_t endNs = nowNs();
+  Run::finishLinks(p.links, startNs, nowNs());
+}
+
+void Engine::Run::finishLinks(std::vector<LinkRun>& links, uint64_t startNs, uint64_t endNs) {
   constexpr uint64_t kGoodputPeriodNs = 100'000'000;
-  for (auto& lr : p.links) {
+  for (auto& lr : links) {
     Link& link = *lr.link;
     link.goodputBytes += lr.logicalBytesSent;
     link.goodputBusyNs += endNs - startNs;
@@ -245,7 +249,7 @@ void Engine::run(const CollectiveArgs& args) {
       link.goodputPublishedNs = endNs;
     }
   }
-  for (auto& lr : p.links)
+  for (auto& lr : links)
     lr.link->recvSequence += lr.queues->recvs.size();
 }
 

@@ -50,6 +50,31 @@ struct CollectiveArgs {
   /// All-to-all with per-peer counts and displacements (alltoallv); null: `count` elements per
   /// peer, blocks back to back. Shared: a queued request and the plan cache keep it alive.
   std::shared_ptr<const AllToAllLayout> layout;
+  /// Point-to-point (kind kPointToPoint, one message): the other rank; this rank sends `send`
+  /// (count elements of dtype) when `sending`, else receives into `recv`.
+  int peer = -1;
+  bool sending = false;
+};
+
+/// One point-to-point message (gs_send / gs_recv) as the engine sees it: host memory.
+struct PointToPointOp {
+  bool send = true;
+  int peer = -1;
+  void* buffer = nullptr;  // read (send) or written (receive)
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+};
+
+/// Where a point-to-point run gets its messages and reports them done (the communicator's
+/// request queue). Both are called on the thread running Engine::runPointToPoint.
+struct PointToPointFeed {
+  /// Messages posted since the last call, in issue order; empty: none now. Asked whenever
+  /// the run is idle or every message so far is done: messages posted while others are in
+  /// flight join them (both ranks may post their sends first: neither waits for the other).
+  std::function<std::vector<PointToPointOp>()> more;
+  /// Message `index` (numbered in the order the run got them) is complete: a send once the
+  /// receiver holds all of it, a receive once it is in the buffer. Called in that order.
+  std::function<void(size_t index)> completed;
 };
 
 /// Figures of the last collective (for tools and, later, metrics).
@@ -85,6 +110,16 @@ class Engine {
   ~Engine();
 
   void run(const CollectiveArgs& args);
+
+  /// Runs point-to-point messages to completion: `first`, and whatever feed.more() adds while
+  /// they run, until all are done and none is waiting. base: kind kPointToPoint, the codec
+  /// (and adaptive flag) float messages are encoded with where the codec supports their dtype.
+  /// Messages between a pair match in posting order (a number per pair and direction, carried
+  /// in every chunk and checked); each is checked against its send (count, dtype) before any
+  /// of it is written. Throws gs::Error like run(): every message of the run fails with it.
+  void runPointToPoint(const CollectiveArgs& base,
+                       std::vector<PointToPointOp> first,
+                       const PointToPointFeed& feed);
 
   /// Tells every connected peer that the communicator failed and why (once per engine; later
   /// calls do nothing). Ranks that learn of it pass the same notice on, so every rank reports
@@ -150,6 +185,11 @@ class Engine {
  private:
   struct Run;
   struct Prepared;
+  struct MessageRun;
+  // Point-to-point: messages numbered per peer and direction (the chunk header's collectiveId
+  // for them), and the runs so far (error messages).
+  std::vector<uint32_t> messagesSent_, messagesReceived_;
+  uint32_t pointToPointRuns_ = 0;
   Prepared& prepare(const CollectiveArgs& args);
   void registerOnLinkDevices(Prepared& p);
   void connectMissingPeers(const Plan& plan, CollectiveKind kind);

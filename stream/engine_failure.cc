@@ -89,12 +89,25 @@ std::string Engine::Run::waitingFor() const {
   for (const LinkRun& l : links) {
     if (l.processed < l.queues->recvs.size()) {
       const RecvOp& op = l.queues->recvs[l.processed];
+      if (messages != nullptr) {
+        return formatString(
+            "waiting for chunk %u of message #%u from rank %d: a send it has not "
+            "posted?",
+            op.chunkIndex, messageOf(op.message).id, l.link->peer());
+      }
       return formatString("waiting for chunk %u of step %u from rank %d", op.chunkIndex, op.step,
                           l.link->peer());
     }
   }
   for (const LinkRun& l : links) {
-    if (l.posted < l.queues->sends.size() || l.completed < l.posted) {
+    if (l.posted < l.queues->sends.size() || l.completed < l.posted || awaitsCredits(l)) {
+      if (messages != nullptr) {
+        return formatString(
+            "waiting for rank %d to receive a message (it released %llu of the %llu chunks sent "
+            "to it): a receive it has not posted?",
+            l.link->peer(), static_cast<unsigned long long>(l.link->peerReleased),
+            static_cast<unsigned long long>(l.link->sendSequence));
+      }
       return formatString("waiting to send to rank %d (credits from it: %llu of %llu chunks)",
                           l.link->peer(), static_cast<unsigned long long>(l.link->peerReleased),
                           static_cast<unsigned long long>(l.link->sendSequence));
@@ -111,7 +124,7 @@ size_t Engine::Run::blockingLink() const {
       return li;
   }
   for (size_t li = 0; li < links.size(); ++li) {
-    if (links[li].completed < links[li].queues->sends.size())
+    if (links[li].completed < links[li].queues->sends.size() || awaitsCredits(links[li]))
       return li;
   }
   return 0;

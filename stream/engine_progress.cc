@@ -132,8 +132,13 @@ void Engine::Run::execute() {
       for (size_t li = 0; li < links.size(); ++li)
         progress |= returnCredits(li, true);
     }
-    if (done())
+    if (messages != nullptr) {
+      progress |= messages->advance(*this, !progress);
+      if (messages->finished())
+        return;
+    } else if (done()) {
       return;
+    }
     if (engine.abortFlag_.load(std::memory_order_relaxed))
       fail(Errc::kAborted, engine.rank_, "communicator aborted");
     const auto now = Clock::now();

@@ -17,10 +17,13 @@ namespace gs::stream {
 // header is untrusted: the name functions answer "unknown" for values out of range.
 std::string Engine::Run::callMismatch(const format::ChunkHeader& h,
                                       int peer,
-                                      uint64_t expectedTotal) const {
+                                      uint64_t expectedTotal,
+                                      const RecvOp& op) const {
   if (h.magic != format::kChunkMagic || h.version != format::kChunkVersion)
     return "";
   const int me = engine.rank_;
+  const DataType dtype = messageOf(op.message).dtype;
+  const uint32_t id = callIdOf(op.message);
   if (h.collective != static_cast<uint8_t>(args.kind)) {
     return formatString("collective differs between ranks: rank %d called %s, rank %d %s", peer,
                         collectiveName(static_cast<CollectiveKind>(h.collective)), me,
@@ -33,6 +36,13 @@ std::string Engine::Run::callMismatch(const format::ChunkHeader& h,
         peer, static_cast<unsigned long long>(h.totalCount), me,
         static_cast<unsigned long long>(expectedTotal));
   }
+  if (h.totalCount != expectedTotal && args.kind == CollectiveKind::kPointToPoint) {
+    return formatString(
+        "message sizes differ: rank %d sends %llu elements to rank %d, whose receive (message "
+        "#%u from rank %d) expects %llu",
+        peer, static_cast<unsigned long long>(h.totalCount), me, id, peer,
+        static_cast<unsigned long long>(expectedTotal));
+  }
   if (h.totalCount != expectedTotal) {
     return formatString("count differs between ranks: rank %d called with %llu, rank %d with %zu",
                         peer, static_cast<unsigned long long>(h.totalCount), me, args.count);
@@ -43,10 +53,15 @@ std::string Engine::Run::callMismatch(const format::ChunkHeader& h,
         "with %s",
         peer, reduceOpName(static_cast<ReduceOp>(h.reduceOp)), me, reduceOpName(args.op));
   }
-  if (h.dtype != static_cast<uint8_t>(args.dtype)) {
+  if (h.dtype != static_cast<uint8_t>(dtype)) {
     return formatString("dtype differs between ranks: rank %d called with %s, rank %d with %s",
                         peer, dataTypeName(static_cast<DataType>(h.dtype)), me,
-                        dataTypeName(args.dtype));
+                        dataTypeName(dtype));
+  }
+  if (h.collectiveId != id && args.kind == CollectiveKind::kPointToPoint) {
+    return formatString(
+        "messages out of step: rank %d sent its message #%u to rank %d, which expects #%u", peer,
+        h.collectiveId, me, id);
   }
   if (h.collectiveId != collectiveId) {
     return formatString(
@@ -65,7 +80,7 @@ void Engine::Run::applyChunk(Link& link,
                              uint8_t* payload) {
   const codecs::Codec& dec = engine.decoder(h.codec);
   const codecs::EncodedChunk in{.codec = h.codec,
-                                .dtype = args.dtype,
+                                .dtype = messageOf(op.message).dtype,
                                 .count = op.count,
                                 .bytes = payload,
                                 .metaBytes = h.metaBytes,
@@ -140,9 +155,9 @@ void Engine::Run::reencode(RecvOp& op,
     h.metaBytes = size.metaBytes;
     h.payloadBytes = size.payloadBytes;
     uint8_t* decoded = engine.scratch(1);
-    decodeOwn(&h, slotPayload, op.count, decoded);
+    decodeOwn(&h, slotPayload, args.dtype, op.count, decoded);
     if (sample)
-      recordError(out, codec.id(), values, decoded, op.count);
+      recordError(out, codec.id(), args.dtype, values, decoded, op.count);
     // The values belong to the block of op.operand (this rank's contribution to it).
     if (args.residual != nullptr)
       codecs::updateResidual(args.dtype, values, decoded, residualAt(op.operand), op.count);
@@ -164,9 +179,10 @@ bool Engine::Run::processRecvs(size_t li) {
     format::ChunkHeader h;
     memcpy(&h, base, sizeof(h));
     const uint64_t total = totalCountOf(op.stepCount);
-    codecs::ChunkExpectation e{collectiveId,
+    const PlanMessage& msg = messageOf(op.message);
+    codecs::ChunkExpectation e{callIdOf(op.message),
                                op.step,
-                               static_cast<uint8_t>(args.dtype),
+                               static_cast<uint8_t>(msg.dtype),
                                seq,
                                op.chunkIndex,
                                op.count,
@@ -174,9 +190,9 @@ bool Engine::Run::processRecvs(size_t li) {
                                total,
                                static_cast<uint8_t>(args.kind),
                                static_cast<uint8_t>(args.op),
-                               elementSize};
+                               msg.elementSize};
     if (const char* why = codecs::validateChunk(h, e, arrived)) {
-      const std::string mismatch = callMismatch(h, link.peer(), total);
+      const std::string mismatch = callMismatch(h, link.peer(), total, op);
       if (!mismatch.empty())
         fail(Errc::kInvalidArgument, link.peer(), mismatch);
       fail(Errc::kRemote, link.peer(),

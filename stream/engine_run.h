@@ -67,6 +67,14 @@ struct Engine::Run {
   uint32_t collectiveId;
   std::array<Completion, 64>& completions;  // scratch, the engine's (no per-call clearing)
 
+  // The dtype and call of an op's chunks (Plan::messages): the collective's own, or a
+  // point-to-point message's. The header's collectiveId is the collective's number, or the
+  // message's number on its pair and direction.
+  const PlanMessage& messageOf(uint32_t message) const { return plan.messages[message]; }
+  uint32_t callIdOf(uint32_t message) const {
+    return args.kind == CollectiveKind::kPointToPoint ? plan.messages[message].id : collectiveId;
+  }
+
   // Fixed codec (null: raw) or per link (CollectiveArgs::adaptive).
   const codecs::Codec* codecOn(size_t li) const { return links[li].codec; }
 
@@ -94,6 +102,18 @@ struct Engine::Run {
   };
   LivenessCheck check;
 
+  // Point-to-point (engine_messages.cc): the messages, which grow while the run runs; null
+  // for a collective.
+  MessageRun* messages = nullptr;
+  // A send of a point-to-point message is done once the receiver returned the credits of all
+  // its chunks (it holds the message): credits this link still waits for.
+  bool awaitsCredits(const LinkRun& l) const {
+    return messages != nullptr && l.link->peerReleased < l.sendBase + l.queues->sends.size();
+  }
+  /// After a run: goodput and busy time per link, and each link's receive sequence moved past
+  /// the chunks the run consumed.
+  static void finishLinks(std::vector<LinkRun>& links, uint64_t startNs, uint64_t endNs);
+
   // The progress loop (engine_progress.cc): polling, completions, dependencies, deadline.
   bool satisfied(uint32_t begin, uint32_t end) const;
   bool pollLink(size_t li);
@@ -115,11 +135,13 @@ struct Engine::Run {
   void onSendComplete(size_t li, size_t index);
   void decodeOwn(const format::ChunkHeader* h,
                  const uint8_t* encoded,
+                 DataType dtype,
                  uint32_t count,
                  uint8_t* out);
   bool sampleError(const codecs::Codec& codec) const;
   void recordError(LinkRun& lr,
                    format::CodecId id,
+                   DataType dtype,
                    const void* values,
                    const void* decoded,
                    uint32_t count) const;
@@ -127,11 +149,17 @@ struct Engine::Run {
   void* residualAt(const void* element) const;
 
   // Receive path (engine_recv.cc): validating, decoding, reducing, re-encoding hops, credits.
-  std::string callMismatch(const format::ChunkHeader& h, int peer, uint64_t expectedTotal) const;
+  std::string callMismatch(const format::ChunkHeader& h,
+                           int peer,
+                           uint64_t expectedTotal,
+                           const RecvOp& op) const;
   // The chunk header's totalCount: the call's count, except an all-to-all's, whose pairs move
-  // different counts (alltoallv): there it is the pair's, so each end checks the other's.
+  // different counts (alltoallv), and a point-to-point message's: there it is the pair's (the
+  // message's), so each end checks the other's.
   uint64_t totalCountOf(uint64_t stepCount) const {
-    return args.kind == CollectiveKind::kAllToAll ? stepCount : args.count;
+    return args.kind == CollectiveKind::kAllToAll || args.kind == CollectiveKind::kPointToPoint
+               ? stepCount
+               : args.count;
   }
   void applyChunk(Link& link, RecvOp& op, const format::ChunkHeader& h, uint8_t* payload);
   void reencode(RecvOp& op,
@@ -151,6 +179,38 @@ struct Engine::Run {
   size_t blockingLink() const;
   void onControl(size_t li, ControlCode code);
   void onNoProgress(Clock::time_point now);
+};
+
+// The messages of one point-to-point run (Engine::runPointToPoint, engine_messages.cc). The
+// run's plan and links grow as messages join: both are reserved for every peer up front, so
+// the Run's references and each LinkRun's queues pointer stay valid.
+struct Engine::MessageRun {
+  struct Message {
+    size_t link;  // index in links
+    bool send;
+    size_t end;  // one past its last op in that link's sends or receives
+  };
+  Engine& engine;
+  const CollectiveArgs& base;
+  const PointToPointFeed& feed;
+  Plan plan;
+  std::vector<Run::LinkRun> links;
+  std::vector<int> linkOf;  // by peer: index in links, -1 before its first message
+  std::vector<std::unique_ptr<transport::MemoryRegion>> regions;  // the sends' buffers
+  std::vector<Message> list;
+  size_t reported = 0;  // messages reported complete (in order)
+
+  MessageRun(Engine& e, const CollectiveArgs& b, const PointToPointFeed& f);
+  void admit(const std::vector<PointToPointOp>& ops);
+  /// Reports the messages done since the last call (in order) and admits new ones: once per
+  /// round of the progress loop. idle: the round made no progress.
+  bool advance(Run& run, bool idle);
+  /// Every message reported and every credit owed to a sender returned.
+  bool finished() const;
+
+ private:
+  size_t linkFor(int peer);
+  static bool travelsRaw(const Run::LinkRun& lr, DataType dtype);
 };
 
 struct Engine::Prepared {

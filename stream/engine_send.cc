@@ -20,8 +20,8 @@ void Engine::Run::fillHeader(format::ChunkHeader* h,
   h->magic = format::kChunkMagic;
   h->version = format::kChunkVersion;
   h->codec = codecId;
-  h->dtype = static_cast<uint8_t>(args.dtype);
-  h->collectiveId = collectiveId;
+  h->dtype = static_cast<uint8_t>(messageOf(op.message).dtype);
+  h->collectiveId = callIdOf(op.message);
   h->step = op.step;
   h->sequence = seq;
   h->chunkIndex = op.chunkIndex;
@@ -36,8 +36,9 @@ void Engine::Run::fillHeader(format::ChunkHeader* h,
 
 // Seed of stochastic rounding: the same on every run of the same chunk, different per chunk.
 uint64_t Engine::Run::seedOf(const SendOp& op) const {
-  return (static_cast<uint64_t>(collectiveId) << 40) ^ (static_cast<uint64_t>(engine.rank_) << 24) ^
-         (static_cast<uint64_t>(op.step) << 32) ^ op.chunkIndex;
+  return (static_cast<uint64_t>(callIdOf(op.message)) << 40) ^
+         (static_cast<uint64_t>(engine.rank_) << 24) ^ (static_cast<uint64_t>(op.step) << 32) ^
+         op.chunkIndex;
 }
 
 bool Engine::Run::postSends(size_t li) {
@@ -61,12 +62,13 @@ bool Engine::Run::postSends(size_t li) {
     size_t nsegs = 1;
     uint32_t wireBytes = 0;
     const codecs::Codec* codec = codecOn(li);
+    const PlanMessage& msg = messageOf(op.message);
     const bool encode = op.forwardLink < 0 && codec != nullptr && op.count > 0 && !op.raw;
     if (encode) {
       // Header, metadata and payload contiguous in this slot's staging: one segment.
       uint8_t* out = link.encodeStaging(slot);
       const uint64_t encodeStart = nowNs();
-      const codecs::EncodedSize size = codec->encode(args.dtype, op.source, op.count,
+      const codecs::EncodedSize size = codec->encode(msg.dtype, op.source, op.count,
                                                      out + sizeof(format::ChunkHeader), seedOf(op));
       if (lr.counters != nullptr)
         lr.counters->addEncodeTime(nowNs() - encodeStart);
@@ -89,7 +91,7 @@ bool Engine::Run::postSends(size_t li) {
                    fslot * from.link->layout().slotBytes() + sizeof(format::ChunkHeader),
                    wireBytes};
       } else {
-        wireBytes = static_cast<uint32_t>(op.count * elementSize);
+        wireBytes = static_cast<uint32_t>(op.count * msg.elementSize);
         fillHeader(h, op, seq, static_cast<uint8_t>(format::CodecId::kRaw), 0, wireBytes);
         segs[1] = {op.region, op.regionOffset, wireBytes};
       }
@@ -109,9 +111,9 @@ bool Engine::Run::postSends(size_t li) {
       const uint8_t* enc = link.encodeStaging(slot);
       uint8_t* decoded = engine.scratch(1);
       decodeOwn(reinterpret_cast<const format::ChunkHeader*>(enc),
-                enc + sizeof(format::ChunkHeader), op.count, decoded);
+                enc + sizeof(format::ChunkHeader), msg.dtype, op.count, decoded);
       if (sample)
-        recordError(lr, codec->id(), op.source, decoded, op.count);
+        recordError(lr, codec->id(), msg.dtype, op.source, decoded, op.count);
       if (args.residual != nullptr) {
         void* res = residualAt(op.source);
         codecs::updateResidual(args.dtype, op.source, decoded, res, op.count);
@@ -128,10 +130,10 @@ bool Engine::Run::postSends(size_t li) {
     ++link.sendSequence;
     ++lr.posted;
     op.postedNs = nowNs();
-    lr.logicalBytesSent += op.count * elementSize;
+    lr.logicalBytesSent += op.count * msg.elementSize;
     if (lr.counters != nullptr) {
       lr.counters->onChunkSent(
-          op.count * elementSize, sizeof(format::ChunkHeader) + wireBytes,
+          op.count * msg.elementSize, sizeof(format::ChunkHeader) + wireBytes,
           encode
               ? static_cast<int>(codec->id())
               : static_cast<int>(
@@ -142,7 +144,7 @@ bool Engine::Run::postSends(size_t li) {
     lr.creditBlockedSinceNs = 0;
     engine.stats_.chunksSent++;
     engine.stats_.bytesSent += sizeof(format::ChunkHeader) + wireBytes;
-    engine.stats_.bytesLogical += op.count * elementSize;
+    engine.stats_.bytesLogical += op.count * msg.elementSize;
     progress = true;
   }
   return progress;
@@ -167,10 +169,11 @@ void Engine::Run::onSendComplete(size_t li, size_t index) {
 // Decodes a chunk this rank encoded itself (cannot fail unless the codec is broken).
 void Engine::Run::decodeOwn(const format::ChunkHeader* h,
                             const uint8_t* encoded,
+                            DataType dtype,
                             uint32_t count,
                             uint8_t* out) {
   const codecs::EncodedChunk own{.codec = h->codec,
-                                 .dtype = args.dtype,
+                                 .dtype = dtype,
                                  .count = count,
                                  .bytes = encoded,
                                  .metaBytes = h->metaBytes,
@@ -188,12 +191,13 @@ bool Engine::Run::sampleError(const codecs::Codec& codec) const {
 
 void Engine::Run::recordError(LinkRun& lr,
                               format::CodecId id,
+                              DataType dtype,
                               const void* values,
                               const void* decoded,
                               uint32_t count) const {
   if (lr.counters != nullptr) {
     lr.counters->onErrorSample(static_cast<int>(id),
-                               codecs::relativeError(args.dtype, values, decoded, count));
+                               codecs::relativeError(dtype, values, decoded, count));
   }
 }
 

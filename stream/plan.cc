@@ -311,7 +311,48 @@ class PlanBuilder {
 }  // namespace
 
 Plan buildPlan(const PlanInput& input) {
-  return PlanBuilder(input).build();
+  Plan plan = PlanBuilder(input).build();
+  plan.messages.push_back({DataType::kFloat32, static_cast<uint32_t>(input.elementSize), 0});
+  return plan;
+}
+
+void appendMessage(Plan& plan, Plan::LinkQueues& q, const MessageInput& m) {
+  const auto index = static_cast<uint32_t>(plan.messages.size());
+  const size_t esize = elementSize(m.dtype);
+  plan.messages.push_back({m.dtype, static_cast<uint32_t>(esize), m.id});
+  // The step field is diagnostics only (timeout messages): the message's number.
+  const auto step = static_cast<uint16_t>(m.id);
+  const size_t chunks = m.count == 0 ? 1 : (m.count + m.chunkElements - 1) / m.chunkElements;
+  for (size_t c = 0; c < chunks; ++c) {
+    const size_t offset = c * m.chunkElements;
+    const auto count = static_cast<uint32_t>(std::min(m.chunkElements, m.count - offset));
+    if (m.send) {
+      SendOp op{};
+      op.step = step;
+      op.chunkIndex = static_cast<uint32_t>(c);
+      op.elementOffset = offset;
+      op.count = count;
+      op.source = m.buffer + offset * esize;
+      op.region = m.region;
+      op.regionOffset = offset * esize;
+      op.raw = m.raw;
+      op.stepCount = m.count;
+      op.message = index;
+      q.sends.push_back(op);
+    } else {
+      RecvOp op{};
+      op.step = step;
+      op.chunkIndex = static_cast<uint32_t>(c);
+      op.elementOffset = offset;
+      op.count = count;
+      op.action = RecvAction::kCopy;
+      op.finalize = false;
+      op.dst = m.buffer + offset * esize;
+      op.stepCount = m.count;
+      op.message = index;
+      q.recvs.push_back(op);
+    }
+  }
 }
 
 }  // namespace gs::stream

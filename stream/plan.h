@@ -32,6 +32,7 @@ struct SendOp {
   uint32_t depBegin = 0, depEnd = 0;
   uint64_t stepCount = 0;  // elements of the whole step (an all-to-all pair's message)
   uint64_t postedNs = 0;   // progress: when it was posted (chunk latency)
+  uint32_t message = 0;    // Plan::messages entry: dtype and call of this chunk
 };
 
 struct RecvOp {
@@ -50,6 +51,7 @@ struct RecvOp {
   const uint8_t* operand = nullptr;
   uint32_t depBegin = 0, depEnd = 0;
   uint64_t stepCount = 0;  // elements of the whole step (an all-to-all pair's message)
+  uint32_t message = 0;    // Plan::messages entry: dtype and call of this chunk
   // Progress.
   bool processed = false;
   uint16_t forwardsDone = 0;  // forwards whose send completed; the slot is held until all did
@@ -66,6 +68,16 @@ struct RecvOp {
 /// and pipelined execution safe (a chunk reads memory only after the chunks writing it landed, and
 /// overwrites memory only after the chunks reading it left). Built once per call, outside the data
 /// path.
+/// How the elements of a chunk are typed and which call the chunk belongs to. A collective's
+/// chunks all share the call's (one entry, its id unused: the run's collective id); each
+/// point-to-point message has its own dtype and its number on its pair and direction, which
+/// its chunk headers carry as their collectiveId.
+struct PlanMessage {
+  DataType dtype = DataType::kFloat32;
+  uint32_t elementSize = 4;
+  uint32_t id = 0;
+};
+
 struct Plan {
   struct LinkQueues {
     int peer;
@@ -74,6 +86,7 @@ struct Plan {
   };
   std::vector<LinkQueues> links;
   std::vector<Dependency> deps;
+  std::vector<PlanMessage> messages;
 };
 
 /// Where the schedule's buffers are and how chunks are cut.
@@ -91,6 +104,25 @@ struct PlanInput {
   size_t groupChunks;
 };
 
+/// Builds a collective's plan (one PlanMessage, of elementSize; the caller sets its dtype).
 Plan buildPlan(const PlanInput& input);
+
+/// One point-to-point message, as appendMessage cuts it.
+struct MessageInput {
+  bool send = true;
+  uint8_t* buffer = nullptr;                        // read for a send, written for a receive
+  const transport::MemoryRegion* region = nullptr;  // a send's buffer, registered
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  uint32_t id = 0;  // PlanMessage::id
+  size_t chunkElements = 1;
+  bool raw = false;  // travels in its dtype whatever the codec (one the codec does not support)
+};
+/// Appends a message's chunks at the end of q's sends or receives, whole and in order (the
+/// receiver cuts its receive alike: both ends' queues match chunk for chunk whatever else
+/// each posted), and its PlanMessage to plan.messages. A message of no elements is one
+/// header-only chunk, so an end that expected elements finds out. No dependencies: the
+/// buffers of messages in flight must not overlap (as for MPI's and NCCL's requests).
+void appendMessage(Plan& plan, Plan::LinkQueues& q, const MessageInput& m);
 
 }  // namespace gs::stream

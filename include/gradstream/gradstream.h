@@ -307,6 +307,54 @@ GS_API gs_status_t gs_alltoallv(const void* sendbuff,
                                 gs_comm_t comm,
                                 struct CUstream_st* stream);
 /**
+ * Point-to-point (NCCL's ncclSend / ncclRecv, MPI's send and receive): count elements of dtype
+ * from buff on this rank to buff on rank peer. Messages between a pair match in posting order,
+ * one send with one receive; there are no tags and no wildcard sources. A send and its receive
+ * must agree on count and dtype: a pair that disagrees fails on both ranks, the message naming
+ * both counts, and nothing of that message is written. Float messages honour the
+ * communicator's codec like the collectives (decoded on arrival; exact for raw and integers).
+ *
+ * A send completes once the receiver has the whole message (its receive consumed every chunk),
+ * a receive once the message is in buff: then the buffer may be reused. gs_send and gs_recv
+ * block until then, so two ranks that both call gs_send to each other first wait for each
+ * other until the timeout; exchange with gs_isend / gs_irecv (any order, any size) and wait
+ * for both. Point-to-point requests posted back to back run concurrently, newly posted ones
+ * joining those in flight; a collective issued after them starts once they completed (issue
+ * order). Requests complete in issue order. The first message between two ranks that share
+ * no link (the ring's and the algorithms' neighbours do) sets one up; both ranks reach it at
+ * their first message to each other.
+ *
+ * peer must be another rank of comm (not this one). Host buffers only for now: device memory
+ * or a non-NULL stream is GS_ERR_UNSUPPORTED.
+ */
+GS_API gs_status_t gs_send(const void* buff,
+                           size_t count,
+                           gs_dtype_t dtype,
+                           int peer,
+                           gs_comm_t comm,
+                           struct CUstream_st* stream);
+GS_API gs_status_t gs_recv(void* buff,
+                           size_t count,
+                           gs_dtype_t dtype,
+                           int peer,
+                           gs_comm_t comm,
+                           struct CUstream_st* stream);
+GS_API gs_status_t gs_isend(const void* buff,
+                            size_t count,
+                            gs_dtype_t dtype,
+                            int peer,
+                            gs_comm_t comm,
+                            struct CUstream_st* stream,
+                            gs_request_t* out_request);
+GS_API gs_status_t gs_irecv(void* buff,
+                            size_t count,
+                            gs_dtype_t dtype,
+                            int peer,
+                            gs_comm_t comm,
+                            struct CUstream_st* stream,
+                            gs_request_t* out_request);
+
+/**
  * Returns once every rank of comm has called it (and every earlier request of this rank is
  * done: it runs in issue order like any call). Not in NCCL; what torch.distributed.barrier and
  * MPI_Barrier users expect.

@@ -1,0 +1,150 @@
+// Point-to-point messages (gs_send / gs_recv): Engine::runPointToPoint and the MessageRun it
+// drives. A run is an Engine::Run like a collective's, over a plan that grows: each message's
+// chunks go at the end of its link's queues (appendMessage), messages posted while others are
+// in flight join the run, and each is reported done on its own, in order.
+#include <algorithm>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "stream/engine_run.h"
+
+namespace gs::stream {
+
+Engine::MessageRun::MessageRun(Engine& e, const CollectiveArgs& b, const PointToPointFeed& f)
+    : engine(e), base(b), feed(f), linkOf(static_cast<size_t>(e.nranks_), -1) {
+  plan.links.reserve(static_cast<size_t>(e.nranks_));
+  links.reserve(static_cast<size_t>(e.nranks_));
+  if (e.messagesSent_.size() < static_cast<size_t>(e.nranks_)) {
+    e.messagesSent_.resize(static_cast<size_t>(e.nranks_), 0);
+    e.messagesReceived_.resize(static_cast<size_t>(e.nranks_), 0);
+  }
+}
+
+// Integers, and floats the codec cannot encode, travel in their dtype (as for collectives).
+bool Engine::MessageRun::travelsRaw(const Run::LinkRun& lr, DataType dtype) {
+  return lr.codec == nullptr || !lr.codec->supports(dtype);
+}
+
+size_t Engine::MessageRun::linkFor(int peer) {
+  if (linkOf[peer] >= 0)
+    return static_cast<size_t>(linkOf[peer]);
+  Link* link = engine.links_[peer];
+  GS_CHECK(link != nullptr && link->connected(), Errc::kInternal,
+           "no connection to rank %d for a message", peer);
+  plan.links.push_back({peer, {}, {}});
+  Run::LinkRun lr;
+  lr.link = link;
+  lr.queues = &plan.links.back();
+  if (static_cast<size_t>(peer) < engine.counters_.size())
+    lr.counters = engine.counters_[peer];
+  // Joins now: its chunks start where the link's sequences stand (nothing else uses the link
+  // while this run holds the engine).
+  lr.sendBase = link->sendSequence;
+  lr.recvBase = link->recvSequence;
+  lr.codec = base.adaptive && static_cast<size_t>(peer) < engine.linkCodecs_.size()
+                 ? engine.linkCodecs_[peer]
+                 : base.codec;
+  if (lr.codec != nullptr)
+    link->ensureEncodeStaging();
+  links.push_back(std::move(lr));
+  linkOf[peer] = static_cast<int>(links.size() - 1);
+  return links.size() - 1;
+}
+
+void Engine::MessageRun::admit(const std::vector<PointToPointOp>& ops) {
+  // Peers no schedule linked: link them first, all at once (the maker connects pairwise; the
+  // peer makes its end at its first message to this rank).
+  std::vector<int> missing;
+  for (const PointToPointOp& op : ops) {
+    GS_CHECK(op.peer >= 0 && op.peer < engine.nranks_ && op.peer != engine.rank_,
+             Errc::kInvalidArgument, "a message to or from rank %d (of %d; this is rank %d)",
+             op.peer, engine.nranks_, engine.rank_);
+    if (engine.links_[op.peer] == nullptr &&
+        std::find(missing.begin(), missing.end(), op.peer) == missing.end()) {
+      missing.push_back(op.peer);
+    }
+  }
+  if (!missing.empty()) {
+    GS_CHECK(engine.linkMaker_, Errc::kInternal, "no connection to rank %d for a message",
+             missing.front());
+    std::sort(missing.begin(), missing.end());
+    engine.linkMaker_(missing);
+  }
+  for (const PointToPointOp& op : ops) {
+    const size_t li = linkFor(op.peer);
+    Run::LinkRun& lr = links[li];
+    const size_t esize = elementSize(op.dtype);
+    MessageInput m;
+    m.send = op.send;
+    m.buffer = static_cast<uint8_t*>(op.buffer);
+    m.count = op.count;
+    m.dtype = op.dtype;
+    m.id = op.send ? engine.messagesSent_[op.peer]++ : engine.messagesReceived_[op.peer]++;
+    m.chunkElements = std::max<size_t>(1, static_cast<size_t>(engine.chunkBytes_) / esize);
+    m.raw = travelsRaw(lr, op.dtype);
+    if (op.send && op.count > 0) {
+      // Registered with the device that carries the link (shm or the network one).
+      regions.push_back(lr.link->device().registerMemory(op.buffer, op.count * esize));
+      m.region = regions.back().get();
+    }
+    appendMessage(plan, *lr.queues, m);
+    lr.sendDone.resize(lr.queues->sends.size(), 0);
+    list.push_back({li, op.send, op.send ? lr.queues->sends.size() : lr.queues->recvs.size()});
+  }
+}
+
+bool Engine::MessageRun::advance(Run& run, bool idle) {
+  bool progress = false;
+  while (reported < list.size()) {
+    const Message& m = list[reported];
+    Run::LinkRun& lr = links[m.link];
+    if (m.send) {
+      if (lr.completed < m.end || lr.link->peerReleased < lr.sendBase + m.end)
+        break;
+    } else {
+      if (lr.processed < m.end)
+        break;
+      // The sender's send completes when these credits reach it: they go now, not at the
+      // next idle moment of a collective.
+      run.returnCredits(m.link, true);
+    }
+    feed.completed(reported++);
+    progress = true;
+  }
+  if (idle || reported == list.size()) {
+    std::vector<PointToPointOp> more = feed.more();
+    if (!more.empty()) {
+      admit(more);
+      progress = true;
+    }
+  }
+  return progress;
+}
+
+bool Engine::MessageRun::finished() const {
+  if (reported < list.size())
+    return false;
+  for (const Run::LinkRun& lr : links) {
+    if (lr.link->released > lr.link->creditAdvertised)
+      return false;  // the progress loop's idle round returns them
+  }
+  return true;
+}
+
+void Engine::runPointToPoint(const CollectiveArgs& base,
+                             std::vector<PointToPointOp> first,
+                             const PointToPointFeed& feed) {
+  GS_CHECK(base.kind == CollectiveKind::kPointToPoint, Errc::kInternal,
+           "runPointToPoint needs a point-to-point call, not %s", collectiveName(base.kind));
+  stats_ = {};
+  lastAlgorithm_ = "p2p";
+  MessageRun messages(*this, base, feed);
+  messages.admit(first);
+  Run run(*this, base, pointToPointRuns_++, messages.plan, messages.links);
+  run.messages = &messages;
+  const uint64_t startNs = nowNs();
+  run.execute();
+  Run::finishLinks(messages.links, startNs, nowNs());
+}
+
+}  // namespace gs::stream
