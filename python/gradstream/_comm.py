@@ -2,7 +2,8 @@
 
 The torch layer (gradstream.torch) turns tensors into these calls. Every collective here is
 non-blocking: it queues a request on the communicator's progress thread and calls
-``on_done(status, message)`` from that thread once the results are in place.
+``on_done(status, message)`` from that thread once the results are in place. Point-to-point
+has both forms: send/recv block the caller, isend/irecv take on_done like the collectives.
 """
 import atexit
 import ctypes
@@ -156,6 +157,23 @@ class Communicator:
         arrays = [(_lib.c_size * len(a))(*a) for a in (sendcounts, sdispls, recvcounts, rdispls)]
         self._issue("gs_ialltoallv", (send, arrays[0], arrays[1], recv, arrays[2], arrays[3],
                                       dtype), stream, on_done)
+
+    # Point-to-point: messages between two ranks match in posting order (no tags); a send
+    # completes once peer received all of it, so two ranks exchanging use isend/irecv.
+    def send(self, buff, count, dtype, peer, stream=None):
+        """Blocks until rank peer received the message (ctypes drops the GIL meanwhile)."""
+        check(_lib.lib.gs_send(buff, count, dtype, int(peer), self.handle, stream), "gs_send")
+
+    def recv(self, buff, count, dtype, peer, stream=None):
+        """Blocks until the next message from rank peer is in buff."""
+        check(_lib.lib.gs_recv(buff, count, dtype, int(peer), self.handle, stream), "gs_recv")
+
+    def isend(self, buff, count, dtype, peer, on_done, stream=None):
+        """on_done runs once peer received the message; buff must stay unchanged until then."""
+        self._issue("gs_isend", (buff, count, dtype, int(peer)), stream, on_done)
+
+    def irecv(self, buff, count, dtype, peer, on_done, stream=None):
+        self._issue("gs_irecv", (buff, count, dtype, int(peer)), stream, on_done)
 
     def barrier(self):
         """Blocks until every rank called it (after this rank's earlier requests)."""

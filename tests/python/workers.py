@@ -11,6 +11,7 @@ import time
 import torch
 import torch.distributed as dist
 
+import gradstream
 import gradstream.torch as gt
 
 RANK = int(os.environ["RANK"])
@@ -213,8 +214,12 @@ def bad_input():
     expect_error(ValueError, "input [0][1] is 3 x",
                  lambda: dist.reduce_scatter(torch.empty(2), [torch.ones(2), torch.ones(3)] +
                                              [torch.ones(2)] * (WORLD - 2)))
-    expect_error(RuntimeError, "send is not supported",
-                 lambda: dist.send(torch.ones(2), dst=(RANK + 1) % WORLD))
+    expect_error(RuntimeError, "any source", lambda: dist.recv(torch.empty(2)))
+    expect_error(ValueError, "itself", lambda: dist.isend(torch.ones(2), dst=RANK))
+    expect_error(ValueError, "out of range",
+                 lambda: dist.isend(torch.ones(2), group_dst=WORLD))
+    expect_error(TypeError, "int16", lambda: dist.isend(torch.ones(2, dtype=torch.int16),
+                                                        dst=(RANK + 1) % WORLD))
     expect_error(ValueError, "input_split_sizes",
                  lambda: dist.all_to_all_single(torch.empty(WORLD), torch.ones(WORLD),
                                                 input_split_sizes=[1] * (WORLD + 1)))
@@ -313,6 +318,174 @@ def comm_split():
     dist.barrier()
     dist.destroy_process_group()
     report(size=len(members))
+
+
+# -- point-to-point ----------------------------------------------------------------------------
+def message(src, dst, n, dtype, k=0):
+    """Message k from src to dst: integers exact in float32, distinct per pair and k."""
+    return ((torch.arange(n) * 7) % 1009 + 1009 * (src * WORLD + dst) + 20000 * k).to(dtype)
+
+
+def wait_done(works, seconds=60):
+    """Waits for the works' futures without wait() (the progress thread completes them), then
+    wait()s each to raise a failure."""
+    futures = [w.get_future() for w in works]
+    deadline = time.monotonic() + seconds
+    while not all(f.done() for f in futures):
+        assert time.monotonic() < deadline, f"point-to-point works not done within {seconds} s"
+        time.sleep(0.001)
+    for w in works:
+        w.wait()
+
+
+def p2p():
+    """send / recv / isend / irecv / batch_isend_irecv: every ordered pair blocking,
+    non-contiguous at both ends, an 8 MiB ring shift posted send-first on every rank, the ring
+    both ways in a batch in either order, several messages to one peer matched in posting order
+    whatever their tags, a subgroup's rank numbering, the Communicator's own blocking calls:
+    all exact, int64 and float32."""
+    init()
+    checked = 0
+    nxt, prv = (RANK + 1) % WORLD, (RANK - 1) % WORLD
+    # Blocking, every ordered pair in one order on all ranks: each send waits for its receive.
+    for src in range(WORLD):
+        for dst in range(WORLD):
+            if src == dst or RANK not in (src, dst):
+                continue
+            for dtype in (torch.int64, torch.float32):
+                want = message(src, dst, 1001, dtype)
+                if RANK == src:
+                    dist.send(want, dst=dst)
+                else:
+                    got = torch.full_like(want, -1)
+                    assert dist.recv(got, src=src) == src
+                    assert torch.equal(got, want), (src, dst, dtype, got[:8])
+                    checked += 1
+    # Non-contiguous: a transposed view sent, a strided view received (written back).
+    base = message(0, 1, 24, torch.float32).reshape(4, 6)
+    if RANK == 0:
+        dist.send(base.t(), dst=1)
+    elif RANK == 1:
+        holder = torch.full((6, 8), -1.0)
+        dist.recv(holder[:, ::2], src=0)
+        assert torch.equal(holder[:, ::2], base.t()), holder
+        assert torch.equal(holder[:, 1::2], torch.full((6, 4), -1.0)), "wrote outside the view"
+        checked += 1
+    # Ring shift, isend before irecv on every rank, far more than the receive slots hold.
+    n = 2 << 20  # 8 MiB of float32
+    for dtype in (torch.float32, torch.int64):
+        into = torch.full((n,), -1, dtype=dtype)
+        wait_done([dist.isend(message(RANK, nxt, n, dtype), dst=nxt),
+                   dist.irecv(into, src=prv)])
+        assert torch.equal(into, message(prv, RANK, n, dtype)), (dtype, into[:8])
+        checked += 1
+    # batch_isend_irecv both ways round the ring; the list's order does not matter.
+    for sends_first in (True, False):
+        from_prev, from_next = torch.empty(3001), torch.empty(2999, dtype=torch.int64)
+        sends = [dist.P2POp(dist.isend, message(RANK, nxt, 3001, torch.float32, 1), nxt),
+                 dist.P2POp(dist.isend, message(RANK, prv, 2999, torch.int64, 2), prv)]
+        recvs = [dist.P2POp(dist.irecv, from_prev, prv), dist.P2POp(dist.irecv, from_next, nxt)]
+        ops = sends + recvs if sends_first == (RANK % 2 == 0) else recvs + sends
+        wait_done(dist.batch_isend_irecv(ops))
+        assert torch.equal(from_prev, message(prv, RANK, 3001, torch.float32, 1))
+        assert torch.equal(from_next, message(nxt, RANK, 2999, torch.int64, 2))
+        checked += 2
+    # Several messages to one peer: matched in posting order, tags ignored (they disagree).
+    sizes = [5, 7, 5, 7, 0, 70000, 1]  # an empty message too
+    dtypes = [torch.float32 if k % 2 == 0 else torch.int64 for k in range(len(sizes))]
+    works = [dist.isend(message(RANK, nxt, m, dt, k), dst=nxt, tag=100 - k)
+             for k, (m, dt) in enumerate(zip(sizes, dtypes))]
+    intos = [torch.full((m,), -1, dtype=dt) for m, dt in zip(sizes, dtypes)]
+    works += [dist.irecv(t, src=prv, tag=k) for k, t in enumerate(intos)]
+    wait_done(works)
+    for k, t in enumerate(intos):
+        assert torch.equal(t, message(prv, RANK, sizes[k], dtypes[k], k)), (k, t[:8])
+        checked += 1
+    # A subgroup: torch hands the backend group ranks (global 1, 2 are its 0, 1).
+    if WORLD >= 3:
+        sub = dist.new_group(ranks=[1, 2], backend="gradstream")
+        if RANK == 2:
+            dist.send(message(2, 1, 99, torch.int64, 3), dst=1, group=sub)
+            back = torch.empty(99, dtype=torch.int64)
+            assert dist.recv(back, group_src=0, group=sub) == 1
+            assert torch.equal(back, message(1, 2, 99, torch.int64, 4))
+            checked += 1
+        elif RANK == 1:
+            got = torch.empty(99, dtype=torch.int64)
+            assert dist.recv(got, src=2, group=sub) == 2
+            assert torch.equal(got, message(2, 1, 99, torch.int64, 3))
+            dist.send(message(1, 2, 99, torch.int64, 4), group_dst=1, group=sub)
+            checked += 1
+    # The Communicator's blocking send / recv (buffer addresses): a ping-pong 0 <-> 1.
+    comm = dist.distributed_c10d._get_default_group().communicator
+    int64 = gradstream.DTYPES["int64"]
+    ping, pong = message(0, 1, 513, torch.int64, 5), torch.empty(513, dtype=torch.int64)
+    if RANK == 0:
+        comm.send(ping.data_ptr(), ping.numel(), int64, 1)
+        comm.recv(pong.data_ptr(), pong.numel(), int64, 1)
+        assert torch.equal(pong, ping + 1)
+        checked += 1
+    elif RANK == 1:
+        comm.recv(pong.data_ptr(), pong.numel(), int64, 0)
+        assert torch.equal(pong, ping)
+        pong += 1
+        comm.send(pong.data_ptr(), pong.numel(), int64, 0)
+        checked += 1
+    t = torch.ones(3)
+    dist.all_reduce(t)  # a collective after the messages: issue order
+    assert torch.equal(t, torch.full((3,), float(WORLD)))
+    assert gt.stats()["errors"] == 0
+    dist.destroy_process_group()
+    report(checked=checked)
+
+
+def p2p_codec():
+    """GS_CODEC=bf16: float messages travel through the codec (within bf16's precision, not
+    all exact), int64 ones exact."""
+    init()
+    nxt, prv = (RANK + 1) % WORLD, (RANK - 1) % WORLD
+    n = 100003
+
+    def floats(r):
+        return torch.linspace(-3, 3, n) + 0.001 * r
+
+    got_f, got_i = torch.empty(n), torch.empty(n, dtype=torch.int64)
+    ints = message(RANK, nxt, n, torch.int64) * 4097  # not representable in bf16
+    wait_done([dist.isend(floats(RANK), dst=nxt), dist.isend(ints, dst=nxt),
+               dist.irecv(got_f, src=prv), dist.irecv(got_i, src=prv)])
+    want = floats(prv)
+    assert torch.equal(got_i, message(prv, RANK, n, torch.int64) * 4097), "int64 not exact"
+    err = ((got_f - want).abs() / want.abs().clamp_min(1e-30)).max().item()
+    assert err <= 2 ** -8, f"relative error {err} beyond bf16's"
+    assert not torch.equal(got_f, want), "float32 message arrived exact: the codec was skipped"
+    as_torch_rounds = torch.equal(got_f, want.to(torch.bfloat16).float())
+    dist.destroy_process_group()
+    report(max_rel_error=err, as_torch_rounds=as_torch_rounds)
+
+
+def p2p_mismatch():
+    """A send and its receive disagreeing on count: both ranks raise naming both counts
+    before the timeout, the receive buffer untouched; rank 2, when there is one, only leaves."""
+    init(timeout_s=int(os.environ.get("GS_TEST_PG_TIMEOUT", "20")))
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    result = {}
+    if RANK in (0, 1):
+        into = torch.full((1001,), -1, dtype=torch.int64)
+        start = time.monotonic()
+        try:
+            if RANK == 0:
+                dist.send(torch.arange(1000, dtype=torch.int64), dst=1)
+            else:
+                dist.recv(into, src=0)
+            raise AssertionError("a send and a receive of different counts went through")
+        except RuntimeError as e:
+            result.update(message=str(e), elapsed=time.monotonic() - start)
+        assert torch.equal(into, torch.full((1001,), -1, dtype=torch.int64)), \
+            "the refused message was written"
+    start = time.monotonic()
+    dist.destroy_process_group()
+    report(destroy=time.monotonic() - start, **result)
 
 
 def dead_rank():

@@ -10,7 +10,6 @@ import threading
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future
 
 from .. import _comm
 from ..errors import GradstreamError
@@ -52,6 +51,31 @@ class _Completion:
             self._future.set_exception(e)
             return
         self._future.set_result(self._result)
+
+
+class _Work(dist.Work):
+    """The Work of every op: its future, which the progress thread completes. wait() raises the
+    requests' failure, which the Work of torch's _create_work_from_future does not (torch 2.13:
+    its wait() returns True over a future holding an exception), so dist.send / recv and
+    async_op callers that wait() would miss it. The timeout is the communicator's: every
+    request completes, failed if need be, within it."""
+
+    def __init__(self, future):
+        super().__init__()
+        self._future = future
+
+    def wait(self, timeout=None):
+        self._future.wait()  # raises the future's exception
+        return True
+
+    def get_future(self):
+        return self._future
+
+    def is_completed(self):
+        return self._future.done()
+
+    def result(self):
+        return self._future.value()
 
 
 def _timeout_ms(timeout):
@@ -125,7 +149,7 @@ class ProcessGroupGradstream(dist.ProcessGroup):
 
     @staticmethod
     def _work(future):
-        return _create_work_from_future(future)
+        return _Work(future)
 
     # -- collectives -------------------------------------------------------------------------
     def _in_place_each(self, what, tensors, issue):
@@ -326,12 +350,6 @@ class ProcessGroupGradstream(dist.ProcessGroup):
                              T.gs_dtype(full, "scatter tensor"), root, done, stream)
         return self._work(future)
 
-    def _unsupported(self, name):
-        raise RuntimeError(f"gradstream backend: {name} is not supported yet (allreduce, "
-                           "broadcast, allgather, reduce_scatter, barrier, reduce, gather, "
-                           "scatter, all_to_all and all_to_all_single are); use another group "
-                           "for it")
-
     def _alltoallv(self, what, out, inp, send_counts, recv_counts, finish, result):
         """One gs_ialltoallv from the flat input into the flat output (element counts per peer,
         blocks back to back); finish runs after it (write-backs)."""
@@ -417,14 +435,50 @@ class ProcessGroupGradstream(dist.ProcessGroup):
                              f"{n} non-negative sizes adding up to the {name}'s {rows} rows")
         return [int(k) * per_row for k in splits]
 
-    def send(self, *args, **kwargs):
-        self._unsupported("send")
+    # -- point-to-point ----------------------------------------------------------------------
+    # dist.send / recv / isend / irecv reach these with the peer as a group rank, and so does
+    # batch_isend_irecv (on a Python ProcessGroup it calls isend / irecv per op). Tags are
+    # ignored: messages between two ranks match in posting order, as NCCL's do.
+    def _begin_p2p(self, tensors, peer, what):
+        device, _ = self._begin(tensors, f"{what} tensor")
+        if device.type == "cuda":
+            raise RuntimeError(f"gradstream backend: {what} of CUDA tensors is not supported yet "
+                               "(host buffers only); move the tensor to the CPU")
+        self._check_rank(peer, f"{what} peer")
+        if peer == self._group_rank:
+            raise ValueError(f"gradstream: {what} with itself (group rank {peer}); a message "
+                             "needs another rank of the group")
+        return device
 
-    def recv(self, *args, **kwargs):
-        self._unsupported("recv")
+    def send(self, tensors, dstRank, tag=0):
+        """One message per tensor, in list order; the Work completes once dstRank received all
+        of them (rendezvous), so the tensors may be reused then."""
+        device = self._begin_p2p(tensors, dstRank, "send")
+        future = T.new_future(device)
+        done = _Completion(future, tensors, len(tensors), "send")
+        for t in tensors:
+            buf = t.contiguous()
+            done.hold(buf)
+            self._comm.isend(buf.data_ptr(), buf.numel(), T.gs_dtype(buf, "send tensor"),
+                             dstRank, done)
+        return self._work(future)
 
-    def recv_anysource(self, *args, **kwargs):
-        self._unsupported("recv_anysource")
+    def recv(self, tensors, srcRank, tag=0):
+        """The next messages from srcRank into the tensors (a non-contiguous one through a
+        staged copy, written back); count and dtype must be the sender's."""
+        device = self._begin_p2p(tensors, srcRank, "recv")
+        future = T.new_future(device)
+        staged = [T.contiguous(t) for t in tensors]
+        done = _Completion(future, tensors, len(tensors), "recv",
+                           [wb for _, wb in staged if wb is not None])
+        for buf, _ in staged:
+            self._comm.irecv(buf.data_ptr(), buf.numel(), T.gs_dtype(buf, "recv tensor"),
+                             srcRank, done)
+        return self._work(future)
+
+    def recv_anysource(self, tensors, tag=0):
+        raise RuntimeError("gradstream backend: recv from any source is not supported: messages "
+                           "are matched per sender in posting order (as NCCL's); pass src")
 
     # -- argument checks ---------------------------------------------------------------------
     def _check_rank(self, root, what):
