@@ -11,7 +11,7 @@
 namespace gs::control {
 
 namespace {
-stream::PointToPointOp messageOf(const stream::CollectiveArgs& a) {
+stream::PointToPointOp opOf(const stream::CollectiveArgs& a) {
   stream::PointToPointOp op;
   op.send = a.sending;
   op.peer = a.peer;
@@ -29,9 +29,7 @@ bool isMessage(const Request& r) {
 void Communicator::checkMessage(const stream::CollectiveArgs& args,
                                 CUstream_st* cudaStream,
                                 int device) const {
-  GS_CHECK(args.peer >= 0 && args.peer < nranks_ && args.peer != rank_, Errc::kInvalidArgument,
-           "peer %d is not another rank of this communicator (rank %d of %d)", args.peer, rank_,
-           nranks_);
+  // The peer is checked where the call enters (capi) and again by the engine.
   GS_CHECK(device < 0 && cudaStream == nullptr, Errc::kUnsupported,
            "point-to-point messages take host buffers and no CUDA stream for now (%s)",
            device >= 0 ? "the buffer is device memory" : "a stream was given");
@@ -56,7 +54,7 @@ void Communicator::runMessages(const std::shared_ptr<Request>& first) {
     std::lock_guard<std::mutex> lock(queueMutex_);
     while (!queue_.empty() && isMessage(*queue_.front())) {
       batch.push_back(queue_.front());
-      ops.push_back(messageOf(queue_.front()->args()));
+      ops.push_back(opOf(queue_.front()->args()));
       queue_.pop_front();
     }
     return ops;
@@ -79,7 +77,7 @@ void Communicator::runMessages(const std::shared_ptr<Request>& first) {
     try {
       metrics_->beginCollective();
       const auto start = Clock::now();
-      engine_->runPointToPoint(base, {messageOf(first->args())}, feed);
+      engine_->runPointToPoint(base, {opOf(first->args())}, feed);
       stream::CollectiveArgs summary;
       summary.kind = stream::CollectiveKind::kPointToPoint;
       summary.dtype = DataType::kUInt8;

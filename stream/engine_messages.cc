@@ -56,9 +56,9 @@ void Engine::MessageRun::admit(const std::vector<PointToPointOp>& ops) {
   // peer makes its end at its first message to this rank).
   std::vector<int> missing;
   for (const PointToPointOp& op : ops) {
-    GS_CHECK(op.peer >= 0 && op.peer < engine.nranks_ && op.peer != engine.rank_,
-             Errc::kInvalidArgument, "a message to or from rank %d (of %d; this is rank %d)",
-             op.peer, engine.nranks_, engine.rank_);
+    GS_CHECK(op.peer >= 0 && op.peer < engine.nranks_ && op.peer != engine.rank_, Errc::kInternal,
+             "a message to or from rank %d (of %d; this is rank %d)", op.peer, engine.nranks_,
+             engine.rank_);
     if (engine.links_[op.peer] == nullptr &&
         std::find(missing.begin(), missing.end(), op.peer) == missing.end()) {
       missing.push_back(op.peer);
