@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# gradstream's reduce and all-to-all against OpenMPI's MPI_Reduce and MPI_Alltoall, measured in
+# gradstream's reduce, all-to-all and point-to-point against OpenMPI's MPI_Reduce, MPI_Alltoall
+# and MPI_Sendrecv (each rank to the next, from the previous: nccl-tests' sendrecv), measured in
 # the same run on this host: median time per call (slowest rank), over shared memory (gradstream
 # GS_SHM=1 vs OpenMPI's vader BTL) and over tcp on 127.0.0.1 (GS_SHM=0 vs the tcp BTL).
 # Prints one table per collective and rank count: size, both times, mpi/gs (> 1: gradstream is
 # faster). Sizes as gradstream-perf counts them (alltoall: the whole send buffer).
 #   bench/parity.sh                      # N = 2 and 4, 8 B .. 64 MiB, x8 steps (~5 min)
 #   RANKS="2" MAX=4M bench/parity.sh     # a quicker subset
+#   COLLS=sendrecv bench/parity.sh       # one collective
 # Needs bench/build_peers.sh (mpi_allreduce) and a build of gradstream-perf.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,7 +21,7 @@ limit=${LIMIT:-300}
 
 times() { awk '!/^#/ && NF >= 6 { print $1, $6 }'; }
 
-for coll in reduce alltoall; do
+for coll in ${COLLS:-reduce alltoall sendrecv}; do
   for n in ${RANKS:-2 4}; do
     for t in shm tcp; do
       if [[ $t == shm ]]; then

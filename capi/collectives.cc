@@ -154,6 +154,7 @@ void issue(gs_comm_t comm,
   handle->timeoutMs = c.config().timeoutMs;
   if (movesData(args)) {
     handle->request = c.submit(args, stream);
+    handle->comm = &c;
   } else {
     handle->request = std::make_shared<control::Request>(args);
     handle->request->complete(Errc::kOk, "");

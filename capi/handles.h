@@ -25,6 +25,10 @@ struct gs_stream_s {
 struct gs_request_s {
   std::shared_ptr<gs::control::Request> request;
   int64_t timeoutMs;  // the communicator's, for gs_wait(timeout_ms < 0) and gs_request_free
+  // Who runs it, so a waiter can run it itself (Communicator::wait). Only used while the
+  // request is unfinished, when the communicator still exists (gs_comm_destroy waits for its
+  // requests); null for requests finished at issue.
+  gs::control::Communicator* comm = nullptr;
 };
 
 namespace gs::capi {

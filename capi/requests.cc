@@ -22,6 +22,17 @@ gs_status_t requestStatus(const gs_request_t request) {
   return static_cast<gs_status_t>(code);
 }
 
+// Waits for the request up to ms. A wait as long as the communicator's timeout may run the
+// request on this thread (Communicator::wait), which the engine's timeout then bounds.
+bool waitFor(const gs_request_t request, int64_t ms) {
+  if (request->request->done())
+    return true;
+  const gs::Deadline deadline = gs::Deadline::afterMs(ms);
+  return request->comm != nullptr
+             ? request->comm->wait(request->request, deadline, ms >= request->timeoutMs)
+             : request->request->waitUntil(deadline);
+}
+
 }  // namespace
 
 extern "C" {
@@ -53,7 +64,7 @@ gs_status_t gs_wait(gs_request_t request, int timeout_ms) {
   return guardStatus([&] {
     GS_ARG(request != nullptr, "request is NULL");
     const int64_t ms = timeout_ms >= 0 ? timeout_ms : request->timeoutMs;
-    if (!request->request->waitUntil(gs::Deadline::afterMs(ms))) {
+    if (!waitFor(request, ms)) {
       setLastError(
           gs::formatString("request still running after %lld ms", static_cast<long long>(ms))
               .c_str());
@@ -68,7 +79,7 @@ gs_status_t gs_request_free(gs_request_t request) {
     if (request == nullptr)
       return GS_OK;
     // The progress thread may still write into the user's buffers: wait (bounded) first.
-    if (!request->request->waitUntil(gs::Deadline::afterMs(request->timeoutMs))) {
+    if (!waitFor(request, request->timeoutMs)) {
       setLastError("request still running; not freed");
       return GS_ERR_TIMEOUT;
     }

@@ -15,6 +15,15 @@ namespace gs::control {
 namespace {
 // codec=auto: ranks agree on the chunk size every this many adaptive collectives.
 constexpr uint64_t kChunkAgreementEvery = 8;
+// How long the progress thread leaves a new point-to-point request to a thread that may be
+// about to wait for it (Communicator::wait): messages are mostly posted as a group and waited
+// for at once, and running them on that thread avoids two hand-offs. A request nobody waits
+// for (callbacks, gs_test) starts this much later.
+constexpr std::chrono::microseconds kWaiterGrace{30};
+
+bool isMessage(const Request& r) {
+  return r.args().kind == stream::CollectiveKind::kPointToPoint;
+}
 }  // namespace
 
 void Request::complete(Errc code, std::string message) {
@@ -84,6 +93,11 @@ Communicator::~Communicator() {
   queueCv_.notify_all();
   if (worker_.joinable())
     worker_.join();
+  {
+    // A thread waiting in wait() may still be running the last request it took.
+    std::unique_lock<std::mutex> lock(queueMutex_);
+    queueCv_.wait(lock, [&] { return !queueRunning_; });
+  }
   std::lock_guard<std::mutex> lock(execMutex_);
   bool healthy = !aborted_.load();
   {
@@ -379,7 +393,7 @@ void Communicator::run(const stream::CollectiveArgs& args, CUstream_st* cudaStre
   std::unique_lock<std::mutex> lock(queueMutex_);
   // Earlier non-blocking requests go first (issue order). Each is bounded by the timeout.
   queueCv_.wait(lock,
-                [&] { return (queue_.empty() && !workerBusy_ && !inlineBusy_) || stopping_; });
+                [&] { return (queue_.empty() && !queueRunning_ && !inlineBusy_) || stopping_; });
   inlineBusy_ = true;
   lock.unlock();
   struct Release {
@@ -418,34 +432,61 @@ std::shared_ptr<Request> Communicator::submit(const stream::CollectiveArgs& args
   return request;
 }
 
+bool Communicator::wait(const std::shared_ptr<Request>& request, Deadline deadline, bool mayRun) {
+  if (request->done())
+    return true;
+  std::unique_lock<std::mutex> lock(queueMutex_);
+  while (mayRun && !queueRunning_ && !inlineBusy_ && !request->done() &&
+         std::find(queue_.begin(), queue_.end(), request) != queue_.end()) {
+    auto next = queue_.front();
+    queue_.pop_front();
+    queueRunning_ = true;
+    lock.unlock();
+    runQueued(next, request.get());
+    lock.lock();
+    queueRunning_ = false;
+    queueCv_.notify_all();
+  }
+  lock.unlock();
+  return request->waitUntil(deadline);
+}
+
+void Communicator::runQueued(const std::shared_ptr<Request>& request, const Request* waiter) {
+  if (isMessage(*request)) {
+    runMessages(request, waiter);  // completes each request itself
+    return;
+  }
+  try {
+    runStaged(request->args(), nullptr, request->issued());
+    request->complete(Errc::kOk, "");
+  } catch (const Error& e) {
+    request->complete(e.code(), e.what());
+  } catch (const std::exception& e) {
+    request->complete(Errc::kInternal, e.what());
+  }
+}
+
 void Communicator::progressLoop() {
   setLogRank(rank_);
   std::unique_lock<std::mutex> lock(queueMutex_);
   for (;;) {
-    queueCv_.wait(lock, [&] { return (!queue_.empty() && !inlineBusy_) || stopping_; });
+    queueCv_.wait(lock, [&] {
+      return (!queue_.empty() && !inlineBusy_ && !queueRunning_) || (stopping_ && !queueRunning_);
+    });
     if (queue_.empty())
       return;  // stopping with nothing left
     auto request = queue_.front();
-    queue_.pop_front();
-    workerBusy_ = true;
-    lock.unlock();
-    if (request->args().kind == stream::CollectiveKind::kPointToPoint) {
-      runMessages(request);
-      lock.lock();
-      workerBusy_ = false;
-      queueCv_.notify_all();
+    const auto due = request->created() + kWaiterGrace;
+    if (isMessage(*request) && !stopping_ && Clock::now() < due) {
+      queueCv_.wait_until(lock, due);  // a waiter may take it meanwhile
       continue;
     }
-    try {
-      runStaged(request->args(), nullptr, request->issued());
-      request->complete(Errc::kOk, "");
-    } catch (const Error& e) {
-      request->complete(e.code(), e.what());
-    } catch (const std::exception& e) {
-      request->complete(Errc::kInternal, e.what());
-    }
+    queue_.pop_front();
+    queueRunning_ = true;
+    lock.unlock();
+    runQueued(request, nullptr);
     lock.lock();
-    workerBusy_ = false;
+    queueRunning_ = false;
     queueCv_.notify_all();
   }
 }

@@ -14,6 +14,7 @@
 
 #include "codecs/codec.h"
 #include "codecs/device_memory.h"
+#include "common/clock.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "control/adaptive_controller.h"
@@ -37,9 +38,10 @@ class Request {
  public:
   /// issued: where the caller's CUDA stream stood when the call was made (null: no stream).
   explicit Request(stream::CollectiveArgs args, std::unique_ptr<StreamMark> issued = nullptr)
-      : args_(args), issued_(std::move(issued)) {}
+      : args_(args), issued_(std::move(issued)), created_(Clock::now()) {}
   const stream::CollectiveArgs& args() const { return args_; }
   const StreamMark* issued() const { return issued_.get(); }
+  Clock::time_point created() const { return created_; }
 
   /// Called once when the request completes, with its status and message.
   using Callback = std::function<void(Errc, const std::string&)>;
@@ -62,6 +64,7 @@ class Request {
 
   stream::CollectiveArgs args_;
   std::unique_ptr<StreamMark> issued_;
+  Clock::time_point created_;
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
   bool done_ = false;
@@ -113,6 +116,15 @@ class Communicator {
   /// completes once the results are in the buffers. args.residual: as run().
   std::shared_ptr<Request> submit(const stream::CollectiveArgs& args,
                                   CUstream_st* cudaStream = nullptr);
+
+  /// Waits until request (one of this communicator's) is done or the deadline passes; returns
+  /// whether it is done. mayRun: while it is still queued and no thread runs the queue, the
+  /// waiting thread runs the queue up to it itself (issue order kept; the engine's timeout then
+  /// bounds the wait, not the deadline, so short waits pass false): a thread that waits right after
+  /// issuing, as gs_send / gs_recv and isend-irecv-wait do, saves the two hand-offs to the progress
+  /// thread and back, which cost tens of microseconds, more where ranks outnumber cores. Completion
+  /// callbacks then run on this thread.
+  bool wait(const std::shared_ptr<Request>& request, Deadline deadline, bool mayRun = true);
 
   /// The CUDA device holding p, or -1 for host-readable memory (always -1 without CUDA).
   int bufferDevice(const void* p);
@@ -183,7 +195,11 @@ class Communicator {
   /// The progress thread's run of point-to-point requests: `first` and every one queued
   /// behind it, those posted meanwhile included (Engine::runPointToPoint), each completed as
   /// its message is done. A failure completes the rest with the error.
-  void runMessages(const std::shared_ptr<Request>& first);
+  /// waiter: the request the thread running this waits for (null: the progress thread); once
+  /// it is done, later messages are left to the progress thread.
+  void runMessages(const std::shared_ptr<Request>& first, const Request* waiter);
+  /// Runs one request taken off the queue to completion (progress thread or a waiter).
+  void runQueued(const std::shared_ptr<Request>& request, const Request* waiter);
   /// gs_send / gs_recv: queued like gs_isend / gs_irecv (so they run with the messages around
   /// them) and waited for.
   void runMessage(const stream::CollectiveArgs& args);
@@ -263,7 +279,7 @@ class Communicator {
   std::mutex queueMutex_;
   std::condition_variable queueCv_;
   std::deque<std::shared_ptr<Request>> queue_;
-  bool workerBusy_ = false;
+  bool queueRunning_ = false;  // a request taken off the queue runs (progress thread or waiter)
   bool inlineBusy_ = false;
   bool stopping_ = false;
   std::thread worker_;

@@ -2,6 +2,7 @@
 // share the request queue with the collectives, so everything completes in issue order, and
 // the progress thread runs a series of consecutive messages as one engine run that messages
 // posted later join (both ends of an exchange may post their sends first).
+#include <algorithm>
 #include <chrono>
 
 #include "common/error.h"
@@ -37,20 +38,23 @@ void Communicator::checkMessage(const stream::CollectiveArgs& args,
 
 void Communicator::runMessage(const stream::CollectiveArgs& args) {
   auto request = submit(args, nullptr);
-  // The engine bounds the wait (the timeout, a peer's failure); this only sleeps on it.
-  while (!request->waitUntil(Deadline::afterMs(60'000))) {
+  // The engine bounds the wait (the timeout, a peer's failure); this thread usually runs the
+  // message itself (wait()).
+  while (!wait(request, Deadline::afterMs(std::max<int64_t>(config_.timeoutMs, 60'000)))) {
   }
   if (request->status() != Errc::kOk)
     throw Error(request->status(), request->message());
 }
 
-void Communicator::runMessages(const std::shared_ptr<Request>& first) {
+void Communicator::runMessages(const std::shared_ptr<Request>& first, const Request* waiter) {
   std::vector<std::shared_ptr<Request>> batch{first};
   size_t completed = 0;
   uint64_t bytes = 0;
   stream::PointToPointFeed feed;
   feed.more = [&] {
     std::vector<stream::PointToPointOp> ops;
+    if (waiter != nullptr && waiter->done())
+      return ops;  // the waiting thread goes back to its caller; the progress thread goes on
     std::lock_guard<std::mutex> lock(queueMutex_);
     while (!queue_.empty() && isMessage(*queue_.front())) {
       batch.push_back(queue_.front());

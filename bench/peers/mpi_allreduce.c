@@ -2,7 +2,8 @@
  * MPI peer: MPI_Allreduce(MPI_IN_PLACE, float, MPI_SUM) with gradstream-perf's flags and table
  * (see bench_common.h); --coll reduce runs MPI_Reduce to rank 0 instead, --coll alltoall
  * MPI_Alltoall (size: the whole send buffer, size/N bytes per peer, as gradstream-perf counts
- * it). The transport is whatever mpirun selects; bench/peers.sh pins OpenMPI to TCP on lo:
+ * it), --coll sendrecv MPI_Sendrecv to the next rank from the previous one (nccl-tests'
+ * sendrecv pattern, as gradstream-perf runs it). The transport is whatever mpirun selects; bench/peers.sh pins OpenMPI to TCP on lo:
  *
  *   mpirun --allow-run-as-root --oversubscribe --bind-to none -np N \
  *          --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo mpi_allreduce [flags]
@@ -32,7 +33,9 @@ int main(int argc, char** argv) {
     nrest = 0;
   }
   const int reduce = strcmp(coll, "reduce") == 0, alltoall = strcmp(coll, "alltoall") == 0;
-  if (!ok || nrest != 0 || (!reduce && !alltoall && strcmp(coll, "allreduce") != 0)) {
+  const int sendrecv = strcmp(coll, "sendrecv") == 0;
+  if (!ok || nrest != 0 ||
+      (!reduce && !alltoall && !sendrecv && strcmp(coll, "allreduce") != 0)) {
     if (rank == 0)
       bench_usage(argv[0], NULL);
     free(rest);
@@ -54,11 +57,16 @@ int main(int argc, char** argv) {
       }
     }
     snprintf(peer, sizeof peer, "%s (%s)",
-             reduce ? "MPI_Reduce" : alltoall ? "MPI_Alltoall" : "MPI_Allreduce", lib);
+             reduce     ? "MPI_Reduce"
+             : alltoall ? "MPI_Alltoall"
+             : sendrecv ? "MPI_Sendrecv"
+                        : "MPI_Allreduce",
+             lib);
     bench_print_header(peer, &args, n);
   }
 
   const int total = args.warmup + args.iters;
+  const int next = (rank + 1) % n, prev = (rank + n - 1) % n; /* sendrecv's peers */
   double* times = malloc(sizeof(double) * (size_t)args.iters);
   for (size_t bytes = bench_next_size(&args, 0); bytes != 0;
        bytes = bench_next_size(&args, bytes)) {
@@ -84,6 +92,9 @@ int main(int argc, char** argv) {
         MPI_Reduce(buf, out, (int)count, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
       else if (alltoall)
         MPI_Alltoall(buf, (int)block, MPI_FLOAT, out, (int)block, MPI_FLOAT, MPI_COMM_WORLD);
+      else if (sendrecv)
+        MPI_Sendrecv(buf, (int)count, MPI_FLOAT, next, 0, out, (int)count, MPI_FLOAT, prev, 0,
+                     MPI_COMM_WORLD, MPI_STATUS_IGNORE);
       else
         MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       double t1 = bench_now_us();
@@ -97,6 +108,9 @@ int main(int argc, char** argv) {
             for (size_t k = 0; k < block; k++)
               w += out[(size_t)i * block + k] != bench_value((size_t)rank * block + k, i);
           }
+        } else if (sendrecv) { /* the previous rank's buffer */
+          for (size_t k = 0; k < count; k++)
+            w += out[k] != bench_value(k, prev);
         } else if (!reduce || rank == 0) {
           w = bench_count_wrong(reduce ? out : buf, count, n);
         }

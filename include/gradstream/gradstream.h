@@ -441,9 +441,11 @@ GS_API gs_status_t gs_ialltoallv(const void* sendbuff,
 typedef void (*gs_completion_fn)(gs_status_t status, const char* message, void* user_data);
 
 /**
- * Calls fn(status, message, user_data) once when the request completes: on the communicator's
- * progress thread right after the results are in place, or at once on the calling thread when
- * it already has. Several callbacks may be registered; they run in registration order. fn must
+ * Calls fn(status, message, user_data) once when the request completes: on the thread that ran
+ * it, right after the results are in place (the communicator's progress thread, or a thread
+ * waiting for it in gs_wait / gs_request_free, which runs queued requests itself when nobody
+ * else does), or at once on the calling thread when it already has. A waiter may return before
+ * the callbacks of its request have run. Several callbacks may be registered; they run in registration order. fn must
  * return promptly and must not wait for a later request of the same communicator (the progress
  * thread is running fn); it may call gs_request_free on this request. The request handle must
  * still be freed with gs_request_free (which returns at once for a finished request).
@@ -453,7 +455,12 @@ GS_API gs_status_t gs_request_on_complete(gs_request_t request,
                                           void* user_data);
 /** *out_done = 1 when finished; returns the operation's status once finished. */
 GS_API gs_status_t gs_test(gs_request_t request, int* out_done);
-/** Waits up to timeout_ms (negative: the communicator's timeout); GS_ERR_TIMEOUT if still busy. */
+/**
+ * Waits up to timeout_ms (negative: the communicator's timeout); GS_ERR_TIMEOUT if still busy.
+ * A wait as long as the communicator's timeout (or negative) runs the request on this thread
+ * when it is still queued and no other thread is running the queue (earlier requests first,
+ * issue order kept): isend + irecv + wait then costs no thread hand-off.
+ */
 GS_API gs_status_t gs_wait(gs_request_t request, int timeout_ms);
 /** Frees a finished request. A request still running is waited for first. NULL is a no-op. */
 GS_API gs_status_t gs_request_free(gs_request_t request);

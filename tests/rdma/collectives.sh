@@ -40,6 +40,9 @@ for ranks in 2 4; do
   run "$ranks" reduce_scatter bfloat16 max --inplace
   run "$ranks" allgather int32 sum
   run "$ranks" broadcast float64 sum -r 1
+  run "$ranks" reduce float32 sum -r 1
+  run "$ranks" alltoall int64 sum
+  run "$ranks" sendrecv bfloat16 sum
 done
 # Several QPs per peer and a small chunk: many chunks in flight, spread over 4 queue pairs.
 GS_IB_QPS_PER_PEER=4 GS_CHUNK_BYTES=16K run 2 allreduce float32 sum

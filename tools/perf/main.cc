@@ -61,6 +61,22 @@ struct Bench {
     return o.coll == "allreduce" || o.coll == "reduce_scatter" || o.coll == "reduce";
   }
   bool rooted() const { return o.coll == "broadcast" || o.coll == "reduce"; }
+  // sendrecv (nccl-tests' sendrecv_perf): every rank sends its buffer to the next rank and
+  // receives the previous rank's, all pairs at once.
+  int nextRank() const { return (rank + 1) % nranks; }
+  int prevRank() const { return (rank + nranks - 1) % nranks; }
+
+  // Both halves posted before either is waited for: a blocking gs_send completes only once the
+  // peer's receive took the message, so send-then-recv on every rank would wait in a cycle.
+  void sendRecvOnce(const void* send, void* recv, size_t count, CUstream_st* stream) {
+    gs_request_t out = nullptr, in = nullptr;
+    GS_TRY(gs_isend(send, count, o.dtype, nextRank(), comm, stream, &out));
+    GS_TRY(gs_irecv(recv, count, o.dtype, prevRank(), comm, stream, &in));
+    GS_TRY(gs_wait(out, -1));
+    GS_TRY(gs_wait(in, -1));
+    GS_TRY(gs_request_free(out));
+    GS_TRY(gs_request_free(in));
+  }
 
   // send and recv are host views. For device buffers the call returns with the result copies
   // enqueued on the stream; buffers.synchronize() waits for them.
@@ -78,6 +94,8 @@ struct Bench {
       GS_TRY(gs_reduce(send, recv, count, o.dtype, o.op, o.root, comm, stream));
     else if (o.coll == "alltoall")
       GS_TRY(gs_alltoall(send, recv, count, o.dtype, comm, stream));
+    else if (o.coll == "sendrecv")
+      sendRecvOnce(send, recv, count, stream);
     else
       GS_TRY(gs_broadcast(send, recv, count, o.dtype, o.root, comm, stream));
   }
@@ -169,6 +187,12 @@ struct Bench {
                             [&](size_t i) { return contribution(GS_SUM, r, i); });
       }
       return wrong;
+    }
+    if (o.coll == "sendrecv") {  // the previous rank's buffer
+      fillContribution(send, o.dtype, GS_SUM, rank, count, 0);
+      runChecked(send, count, recv, count, recv, count);
+      return countWrong(recv, o.dtype, count, 0, 0,
+                        [&](size_t i) { return contribution(GS_SUM, prevRank(), i); });
     }
     if (o.coll == "allgather") {
       fillContribution(send, o.dtype, GS_SUM, rank, count, 0);
@@ -270,9 +294,11 @@ struct Bench {
       wrong = sumOverRanks(wrong);
       totalWrong += wrong;
       const double algbw = us > 0 ? static_cast<double>(sizeBytes) / us / 1e3 : 0;
+      // nccl-tests' bus bandwidth factors; sendrecv moves each byte over one link once.
       const double factor = o.coll == "allreduce" ? 2.0 * (nranks - 1) / nranks
-                            : rooted()            ? 1.0
-                                                  : static_cast<double>(nranks - 1) / nranks;
+                            : rooted() || o.coll == "sendrecv"
+                                ? 1.0
+                                : static_cast<double>(nranks - 1) / nranks;
       if (rank == 0) {
         printf("  %10zu %12zu %8s %6s %5d %11.1f %11.3f %11.3f %7lld %s\n", sizeBytes,
                sizeBytes / esize, dtypeName(o.dtype), reduces() ? opName(o.op) : "none",
@@ -339,6 +365,12 @@ int main(int argc, char** argv) {
   GS_TRY(gs_comm_size(comm, &nranks));
   if (o.root < 0 || o.root >= nranks)
     usage("root out of range");
+  if (o.coll == "sendrecv" && nranks < 2)
+    usage("--coll sendrecv needs two ranks or more (a rank does not message itself)");
+  if (o.coll == "sendrecv" && o.inPlace)
+    usage(
+        "--coll sendrecv cannot run in place (the message received would overwrite the one "
+        "being sent)");
   if (rank != 0) {
     // Only rank 0 prints the table.
     if (!freopen("/dev/null", "w", stdout))

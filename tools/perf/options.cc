@@ -11,7 +11,8 @@
           "usage: gradstream-perf [--ranks N] [-b bytes] [-e bytes] [-f factor] [-n iters]\n"
           "       [-w warmup] [-c 0|1] [-d float32|float16|bfloat16|float64|int32|int64|uint8]\n"
           "       [-o sum|avg|min|max|prod] [--coll allreduce|reduce_scatter|allgather|\n"
-          "       broadcast|reduce|alltoall] [-r root] [--inplace] [--timeout seconds] [--device "
+          "       broadcast|reduce|alltoall|sendrecv] [-r root] [--inplace] [--timeout seconds] "
+          "[--device "
           "host|cuda]\n"
           "       [--timeline FILE]\n"
           "Sizes take K/M/G suffixes. Transport and tuning come from GS_* variables.\n"
@@ -146,7 +147,7 @@ Options parseOptions(int argc, char** argv) {
   if (o.factor <= 1 || o.iters < 1 || o.warmup < 0 || o.minBytes > o.maxBytes)
     usage("bad sweep");
   if (o.coll != "allreduce" && o.coll != "reduce_scatter" && o.coll != "allgather" &&
-      o.coll != "broadcast" && o.coll != "reduce" && o.coll != "alltoall") {
+      o.coll != "broadcast" && o.coll != "reduce" && o.coll != "alltoall" && o.coll != "sendrecv") {
     usage("unknown collective");
   }
   return o;
