@@ -2,6 +2,7 @@
 // dependencies and credits allow, and fails at the deadline.
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "codecs/reduce.h"
 #include "common/error.h"
@@ -150,7 +151,16 @@ void Engine::Run::execute() {
     }
     if (now - lastProgress > timeout)
       onNoProgress(now);
-    if (++idle > engine.spinRounds_ && now - lastProgress >= engine.spinTime_) {
+    ++idle;
+    if (idle > engine.spinRounds_ && now - lastProgress < engine.spinTime_) {
+      // Still spinning (shm: the peer's next chunk is usually microseconds away). Past the first
+      // rounds, give the core up at each round to whatever else is runnable on it: where other
+      // work (another rank, a compiler) shares this core, the peer this rank waits for may be
+      // the thread waiting for it. With nothing else runnable, yield returns at once.
+      std::this_thread::yield();
+      continue;
+    }
+    if (idle > engine.spinRounds_ && now - lastProgress >= engine.spinTime_) {
       // Past the timeout (a liveness check is out) in 1 ms steps.
       auto left =
           std::chrono::duration_cast<std::chrono::microseconds>(timeout - (now - lastProgress));
