@@ -28,9 +28,12 @@ bool waitFor(const gs_request_t request, int64_t ms) {
   if (request->request->done())
     return true;
   const gs::Deadline deadline = gs::Deadline::afterMs(ms);
-  return request->comm != nullptr
-             ? request->comm->wait(request->request, deadline, ms >= request->timeoutMs)
-             : request->request->waitUntil(deadline);
+  if (request->comm == nullptr)
+    return request->request->waitUntil(deadline);
+  const bool mayRun = ms >= request->timeoutMs;
+  if (!mayRun)
+    request->comm->hurry(request->request);
+  return request->comm->wait(request->request, deadline, mayRun);
 }
 
 }  // namespace
@@ -43,6 +46,9 @@ gs_status_t gs_request_on_complete(gs_request_t request, gs_completion_fn fn, vo
     GS_ARG(fn != nullptr, "fn is NULL");
     // fn may free the handle (and with it this reference) while it runs: hold one of our own.
     const std::shared_ptr<gs::control::Request> keep = request->request;
+    // Whoever completes through a callback may never wait: it starts without delay.
+    if (request->comm != nullptr && !keep->done())
+      request->comm->hurry(keep);
     keep->onComplete(completionCallback(fn, user_data));
   });
 }
@@ -52,6 +58,8 @@ gs_status_t gs_test(gs_request_t request, int* out_done) {
     GS_ARG(request != nullptr, "request is NULL");
     GS_ARG(out_done != nullptr, "out_done is NULL");
     if (!request->request->done()) {
+      if (request->comm != nullptr)
+        request->comm->hurry(request->request);  // a polling caller runs nothing itself
       *out_done = 0;
       return GS_IN_PROGRESS;
     }

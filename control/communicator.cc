@@ -17,9 +17,15 @@ namespace {
 constexpr uint64_t kChunkAgreementEvery = 8;
 // How long the progress thread leaves a new point-to-point request to a thread that may be
 // about to wait for it (Communicator::wait): messages are mostly posted as a group and waited
-// for at once, and running them on that thread avoids two hand-offs. A request nobody waits
-// for (callbacks, gs_test) starts this much later.
+// for at once, and running them on that thread avoids two hand-offs. A request given a
+// callback, tested or waited for briefly is not left (Communicator::hurry).
 constexpr std::chrono::microseconds kWaiterGrace{30};
+// After a message, the progress thread looks at the queue this often for this long instead of
+// sleeping until woken: a loop of messages its issuing threads run themselves then costs no
+// wake-up per message (a wake-up is a futex call for the issuer and a context switch on a core
+// a peer rank may be using). A message nobody runs starts within one period.
+constexpr std::chrono::microseconds kPollPeriod{1000};
+constexpr std::chrono::milliseconds kPollAfterMessage{50};
 
 bool isMessage(const Request& r) {
   return r.args().kind == stream::CollectiveKind::kPointToPoint;
@@ -96,7 +102,9 @@ Communicator::~Communicator() {
   {
     // A thread waiting in wait() may still be running the last request it took.
     std::unique_lock<std::mutex> lock(queueMutex_);
+    ++idleWaiters_;
     queueCv_.wait(lock, [&] { return !queueRunning_; });
+    --idleWaiters_;
   }
   std::lock_guard<std::mutex> lock(execMutex_);
   bool healthy = !aborted_.load();
@@ -392,8 +400,10 @@ void Communicator::run(const stream::CollectiveArgs& args, CUstream_st* cudaStre
   }
   std::unique_lock<std::mutex> lock(queueMutex_);
   // Earlier non-blocking requests go first (issue order). Each is bounded by the timeout.
+  ++idleWaiters_;
   queueCv_.wait(lock,
                 [&] { return (queue_.empty() && !queueRunning_ && !inlineBusy_) || stopping_; });
+  --idleWaiters_;
   inlineBusy_ = true;
   lock.unlock();
   struct Release {
@@ -422,14 +432,30 @@ std::shared_ptr<Request> Communicator::submit(const stream::CollectiveArgs& args
     issued = std::make_unique<StreamMark>(deviceMemory_, cudaStream, device);
   }
   auto request = std::make_shared<Request>(args, std::move(issued));
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(queueMutex_);
     if (!worker_.joinable())
       worker_ = std::thread([this] { progressLoop(); });
+    // Behind another request the progress thread already knows there is work (whoever clears
+    // a flag it waits on notifies); a polling one finds a message by itself.
+    wake = queue_.empty() && !(isMessage(*request) && workerPolling_);
+    if (isMessage(*request))
+      lastMessage_ = request->created();
     queue_.push_back(request);
   }
-  queueCv_.notify_all();
+  if (wake)
+    queueCv_.notify_all();
   return request;
+}
+
+void Communicator::hurry(const std::shared_ptr<Request>& request) {
+  if (request->done() || !isMessage(*request))
+    return;  // other requests never wait for a waiter
+  request->hurry();
+  std::lock_guard<std::mutex> lock(queueMutex_);
+  if (std::find(queue_.begin(), queue_.end(), request) != queue_.end())
+    queueCv_.notify_all();
 }
 
 bool Communicator::wait(const std::shared_ptr<Request>& request, Deadline deadline, bool mayRun) {
@@ -445,7 +471,11 @@ bool Communicator::wait(const std::shared_ptr<Request>& request, Deadline deadli
     runQueued(next, request.get());
     lock.lock();
     queueRunning_ = false;
-    queueCv_.notify_all();
+    // Only those waiting for the queue need this: the progress thread when work is left for
+    // it, blocking calls and the destructor. A progress thread in its grace wait wakes by
+    // itself (not woken here, it does not steal the core this thread's peer may need).
+    if (!queue_.empty() || idleWaiters_ > 0 || stopping_)
+      queueCv_.notify_all();
   }
   lock.unlock();
   return request->waitUntil(deadline);
@@ -470,15 +500,25 @@ void Communicator::progressLoop() {
   setLogRank(rank_);
   std::unique_lock<std::mutex> lock(queueMutex_);
   for (;;) {
-    queueCv_.wait(lock, [&] {
-      return (!queue_.empty() && !inlineBusy_ && !queueRunning_) || (stopping_ && !queueRunning_);
-    });
-    if (queue_.empty())
-      return;  // stopping with nothing left
+    const auto now = Clock::now();
+    if (queue_.empty() || inlineBusy_ || queueRunning_) {
+      if (stopping_ && queue_.empty() && !queueRunning_)
+        return;
+      if (queue_.empty() && now < lastMessage_ + kPollAfterMessage) {
+        workerPolling_ = true;
+        queueCv_.wait_until(lock, now + kPollPeriod);
+        workerPolling_ = false;
+      } else {
+        queueCv_.wait(lock);
+      }
+      continue;
+    }
     auto request = queue_.front();
     const auto due = request->created() + kWaiterGrace;
-    if (isMessage(*request) && !stopping_ && Clock::now() < due) {
-      queueCv_.wait_until(lock, due);  // a waiter may take it meanwhile
+    if (isMessage(*request) && !request->hurried() && !stopping_ && now < due) {
+      workerPolling_ = true;  // a waiter may take it meanwhile
+      queueCv_.wait_until(lock, due);
+      workerPolling_ = false;
       continue;
     }
     queue_.pop_front();

@@ -42,6 +42,10 @@ class Request {
   const stream::CollectiveArgs& args() const { return args_; }
   const StreamMark* issued() const { return issued_.get(); }
   Clock::time_point created() const { return created_; }
+  /// Someone will not run it (a callback, gs_test, a short wait): the progress thread starts it
+  /// without leaving it to a waiter first (Communicator::hurry).
+  void hurry() { hurried_.store(true, std::memory_order_relaxed); }
+  bool hurried() const { return hurried_.load(std::memory_order_relaxed); }
 
   /// Called once when the request completes, with its status and message.
   using Callback = std::function<void(Errc, const std::string&)>;
@@ -65,6 +69,7 @@ class Request {
   stream::CollectiveArgs args_;
   std::unique_ptr<StreamMark> issued_;
   Clock::time_point created_;
+  std::atomic<bool> hurried_{false};
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
   bool done_ = false;
@@ -125,6 +130,9 @@ class Communicator {
   /// thread and back, which cost tens of microseconds, more where ranks outnumber cores. Completion
   /// callbacks then run on this thread.
   bool wait(const std::shared_ptr<Request>& request, Deadline deadline, bool mayRun = true);
+  /// The caller will not run request (it registered a callback, tests it or waits briefly):
+  /// the progress thread starts it now rather than leaving it to a waiter for a moment.
+  void hurry(const std::shared_ptr<Request>& request);
 
   /// The CUDA device holding p, or -1 for host-readable memory (always -1 without CUDA).
   int bufferDevice(const void* p);
@@ -280,6 +288,9 @@ class Communicator {
   std::condition_variable queueCv_;
   std::deque<std::shared_ptr<Request>> queue_;
   bool queueRunning_ = false;  // a request taken off the queue runs (progress thread or waiter)
+  int idleWaiters_ = 0;        // blocking calls and the destructor waiting for the queue to be idle
+  bool workerPolling_ = false;       // the progress thread looks at the queue within kPollPeriod
+  Clock::time_point lastMessage_{};  // the last message queued (the progress thread polls)
   bool inlineBusy_ = false;
   bool stopping_ = false;
   std::thread worker_;

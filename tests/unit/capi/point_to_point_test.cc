@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -180,6 +181,49 @@ TEST_P(PointToPoint, BlockingPingPongBetweenCollectives) {
       for (int round = 0; round < 3; ++round)
         allreduce();
     }
+  });
+  EXPECT_TRUE(f.list.empty()) << ::testing::PrintToString(f.list);
+}
+
+// A message its issuing thread never waits for, tests or gives a callback still goes out in the
+// background: rank 0 posts a send and then blocks outside the library until rank 1's blocking
+// receive has it (the progress thread finds the message by itself, kPollPeriod).
+TEST_P(PointToPoint, UnwatchedSendProgressesWhileTheIssuerBlocksElsewhere) {
+  Failures f;
+  std::mutex m;
+  std::condition_variable cv;
+  bool received = false;
+  runRanks(nranks(), options(), [&](int rank, gs_comm_t comm) {
+    if (rank > 1)
+      return;
+    std::vector<uint8_t> buf = filled(GS_INT32, 3000, 0, 0);
+    if (rank == 0) {
+      gs_request_t s = nullptr;
+      if (gs_isend(buf.data(), 3000, GS_INT32, 1, comm, nullptr, &s) != GS_OK) {
+        f.add(std::string("isend: ") + gs_last_error());
+        return;
+      }
+      {
+        std::unique_lock<std::mutex> lock(m);
+        if (!cv.wait_for(lock, std::chrono::seconds(20), [&] { return received; }))
+          f.add("rank 1 never received the send rank 0 posted and left alone");
+      }
+      if (gs_wait(s, -1) != GS_OK)
+        f.add(std::string("wait: ") + gs_last_error());
+      gs_request_free(s);
+      return;
+    }
+    std::vector<uint8_t> in(3000 * 4 + 1, 0);
+    if (gs_recv(in.data(), 3000, GS_INT32, 0, comm, nullptr) != GS_OK)
+      f.add(std::string("recv: ") + gs_last_error());
+    const std::string bad = check(in, GS_INT32, 3000, 0, 0);
+    if (!bad.empty())
+      f.add(bad);
+    {
+      std::lock_guard<std::mutex> lock(m);
+      received = true;
+    }
+    cv.notify_all();
   });
   EXPECT_TRUE(f.list.empty()) << ::testing::PrintToString(f.list);
 }
