@@ -372,6 +372,8 @@ void Communicator::recordCollective(const stream::CollectiveArgs& args, double s
   metrics_->recordCollective(static_cast<monitoring::CollectiveOp>(args.kind),
                              engine_->lastAlgorithm(), seconds, static_cast<uint64_t>(bytes), algbw,
                              algbw * factor);
+  metrics_->setBufferRegistrations(engine_->bufferRegistrations(),
+                                   engine_->bufferRegisteredBytes());
   std::lock_guard<std::mutex> lock(stateMutex_);
   lastSeconds_ = seconds;
   lastAlgbw_ = algbw;

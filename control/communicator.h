@@ -134,6 +134,11 @@ class Communicator {
   /// the progress thread starts it now rather than leaving it to a waiter for a moment.
   void hurry(const std::shared_ptr<Request>& request);
 
+  /// gs_comm_register / gs_comm_deregister (communicator_buffers.cc): waits for a running
+  /// collective. deregisterBuffer throws kInvalidArgument for an address never registered.
+  void registerBuffer(void* data, size_t bytes);
+  void deregisterBuffer(void* data);
+
   /// The CUDA device holding p, or -1 for host-readable memory (always -1 without CUDA).
   int bufferDevice(const void* p);
 

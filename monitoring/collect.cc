@@ -149,6 +149,15 @@ std::vector<Family> Metrics::State::collect() const {
   staged.samples.push_back(valueSample(with({{"direction", "host_to_device"}}),
                                        static_cast<double>(stagedToDeviceBytes.load(r))));
 
+  Family regs =
+      family("gs_buffer_registrations_total",
+             "Registrations of the caller's buffers with a transport device", T::kCounter);
+  regs.samples.push_back(valueSample(base, static_cast<double>(bufferRegistrations.load(r))));
+  Family regBytes =
+      family("gs_buffer_registered_bytes_total",
+             "Bytes of the caller's buffers registered with a transport device", T::kCounter);
+  regBytes.samples.push_back(valueSample(base, static_cast<double>(bufferRegisteredBytes.load(r))));
+
   Family compErr =
       family("gs_compression_error", "Sampled relative error of lossy chunks by codec", T::kGauge);
   for (int c = 0; c < kMaxCodecs; ++c) {
@@ -176,7 +185,7 @@ std::vector<Family> Metrics::State::collect() const {
       out.push_back(std::move(f));
   }
   for (Family* f : {&collSeconds, &collBytes, &algbw, &busbw, &inProg, &errs, &devColl, &staged,
-                    &compErr, &infoFam, &ranks}) {
+                    &regs, &regBytes, &compErr, &infoFam, &ranks}) {
     if (!f->samples.empty())
       out.push_back(std::move(*f));
   }

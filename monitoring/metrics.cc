@@ -224,6 +224,8 @@ Snapshot Metrics::State::snapshot() const {
   s.stagedCollectives = stagedCollectives.load(r);
   s.stagedToHostBytes = stagedToHostBytes.load(r);
   s.stagedToDeviceBytes = stagedToDeviceBytes.load(r);
+  s.bufferRegistrations = bufferRegistrations.load(r);
+  s.bufferRegisteredBytes = bufferRegisteredBytes.load(r);
   return s;
 }
 
@@ -357,6 +359,11 @@ void Metrics::recordError(Errc kind) noexcept {
     return;
   state_->errors[idx].fetch_add(1, std::memory_order_relaxed);
   state_->inProgress.store(0, std::memory_order_relaxed);
+}
+
+void Metrics::setBufferRegistrations(uint64_t count, uint64_t bytes) noexcept {
+  state_->bufferRegistrations.store(count, std::memory_order_relaxed);
+  state_->bufferRegisteredBytes.store(bytes, std::memory_order_relaxed);
 }
 
 void Metrics::recordStaged(uint64_t toHostBytes, uint64_t toDeviceBytes) noexcept {

@@ -98,6 +98,8 @@ struct Snapshot {
   uint64_t stagedCollectives = 0;
   uint64_t stagedToHostBytes = 0;
   uint64_t stagedToDeviceBytes = 0;
+  uint64_t bufferRegistrations = 0;  // see setBufferRegistrations
+  uint64_t bufferRegisteredBytes = 0;
   std::vector<LinkSnapshot> links;  // in addLink order
 
   double compressionRatio() const;           // bytesLogical / bytesWire (1 when nothing was sent)
@@ -186,6 +188,10 @@ class Metrics {
   /// copied device -> host and host -> device (gs_device_collectives_total{path},
   /// gs_device_staged_bytes_total{direction}).
   void recordStaged(uint64_t toHostBytes, uint64_t toDeviceBytes) noexcept;
+  /// Registrations of the caller's buffers with a transport device so far, and their bytes
+  /// (gs_buffer_registrations_total, gs_buffer_registered_bytes_total): verbs pins pages at
+  /// each, so this shows whether calls re-register (see gs_comm_register).
+  void setBufferRegistrations(uint64_t count, uint64_t bytes) noexcept;
   /// Sampled relative error of lossy chunks of a codec (gs_compression_error{codec}).
   void setCompressionError(int codecId, double relativeError) noexcept;
   /// Transport details exported as gs_transport_info{transport, <key>=<value>...} 1. Keys are

@@ -52,6 +52,8 @@ struct Metrics::State {
   std::atomic<uint64_t> stagedCollectives{0};
   std::atomic<uint64_t> stagedToHostBytes{0};
   std::atomic<uint64_t> stagedToDeviceBytes{0};
+  std::atomic<uint64_t> bufferRegistrations{0};
+  std::atomic<uint64_t> bufferRegisteredBytes{0};
 
   std::vector<Family> collect() const;
   Snapshot snapshot() const;

@@ -141,13 +141,14 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
   auto* recv = static_cast<uint8_t*>(args.recv);
   if (!p->schedule.steps.empty()) {
     // Registration is cheap for tcp and loopback (a bounds record); verbs pins the pages, so
-    // run() drops these regions when the call ends (registrationPinsMemory_).
+    // run() drops these regions when the call ends (registrationPinsMemory_) unless the caller
+    // registered the buffers (keepUserBuffer).
     if (p->schedule.sendCount > 0) {
       p->sendRegion =
-          device_.registerMemory(const_cast<uint8_t*>(send), p->schedule.sendCount * esize);
+          registerUserMemory(device_, const_cast<uint8_t*>(send), p->schedule.sendCount * esize);
     }
     if (p->schedule.recvCount > 0) {
-      p->recvRegion = device_.registerMemory(recv, p->schedule.recvCount * esize);
+      p->recvRegion = registerUserMemory(device_, recv, p->schedule.recvCount * esize);
     }
     const size_t chunkElements = std::max<size_t>(1, static_cast<size_t>(chunkBytes_) / esize);
     p->plan = buildPlan({&p->schedule, send, recv, p->sendRegion.get(), p->recvRegion.get(), esize,
@@ -189,12 +190,13 @@ void Engine::run(const CollectiveArgs& args) {
   Prepared& p = prepare(args);
   // A device that pins registered pages (verbs) must not keep registrations of the caller's
   // buffers beyond this call: freed and reallocated memory at the same address would be other
-  // pages. Plans for such devices are rebuilt per call.
+  // pages. Plans for such devices are rebuilt per call, except those inside buffers the caller
+  // registered (gs_comm_register: it promises to keep them until it deregisters).
   struct ForgetIfPinned {
     Engine& engine;
     const Prepared* prepared;
     ~ForgetIfPinned() {
-      if (engine.registrationPinsMemory_)
+      if (engine.registrationPinsMemory_ && !engine.keptByUser(*prepared))
         std::erase_if(engine.prepared_, [&](const auto& q) { return q.get() == prepared; });
     }
   } forget{*this, &p};
@@ -264,9 +266,9 @@ void Engine::registerOnLinkDevices(Prepared& p) {
       if (&lr.link->device() != device)
         continue;
       if (!send && p.sendRegion)
-        send = device->registerMemory(p.sendRegion->data(), p.sendRegion->size());
+        send = registerUserMemory(*device, p.sendRegion->data(), p.sendRegion->size());
       if (!recv && p.recvRegion)
-        recv = device->registerMemory(p.recvRegion->data(), p.recvRegion->size());
+        recv = registerUserMemory(*device, p.recvRegion->data(), p.recvRegion->size());
       for (SendOp& op : lr.queues->sends) {
         if (op.region == p.sendRegion.get())
           op.region = send.get();

@@ -121,6 +121,18 @@ class Engine {
                        std::vector<PointToPointOp> first,
                        const PointToPointFeed& feed);
 
+  /// gs_comm_register: the caller keeps [data, data + bytes) allocated until
+  /// forgetUserBuffer(data). Plans whose buffers lie inside such ranges keep their
+  /// registrations across calls even on devices that pin pages (verbs), where every other plan
+  /// is dropped after its call (stream/engine_registrations.cc).
+  void keepUserBuffer(const void* data, size_t bytes);
+  /// Drops the range registered at data and every kept plan touching it (their registrations
+  /// with it). False when no range starts at data.
+  bool forgetUserBuffer(const void* data);
+  /// Registrations of callers' buffers with a device so far, and their bytes (metrics).
+  uint64_t bufferRegistrations() const { return bufferRegistrations_; }
+  uint64_t bufferRegisteredBytes() const { return bufferRegisteredBytes_; }
+
   /// Tells every connected peer that the communicator failed and why (once per engine; later
   /// calls do nothing). Ranks that learn of it pass the same notice on, so every rank reports
   /// the original cause, the rank at fault and the rank that found out.
@@ -212,6 +224,17 @@ class Engine {
   // loops call with the same buffers every step). Bounded; least recently used goes first.
   std::vector<std::unique_ptr<Prepared>> prepared_;
   bool registrationPinsMemory_ = false;  // some device's property: see Engine::run()
+  struct UserBuffer {
+    uintptr_t begin, end;
+  };
+  std::vector<UserBuffer> userBuffers_;  // keepUserBuffer
+  uint64_t bufferRegistrations_ = 0, bufferRegisteredBytes_ = 0;
+  /// Registers a caller's buffer with device, counting it.
+  std::unique_ptr<transport::MemoryRegion> registerUserMemory(transport::Device& device,
+                                                              void* data,
+                                                              size_t bytes);
+  /// Whether every buffer range of p lies inside a range kept by keepUserBuffer.
+  bool keptByUser(const Prepared& p) const;
   uint64_t useClock_ = 0;
   std::array<transport::Completion, 64> completions_;
   // Decoders by codec id (decoding depends only on the chunk's bytes) and room for one chunk of

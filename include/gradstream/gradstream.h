@@ -180,6 +180,22 @@ GS_API gs_status_t gs_comm_abort(gs_comm_t comm);
 GS_API gs_status_t
 gs_comm_split(gs_comm_t comm, int color, int key, const gs_config_t* config, gs_comm_t* out_comm);
 
+/**
+ * Registers [buff, buff + size) for reuse across calls (NCCL's ncclCommRegister). Collectives
+ * whose send and receive buffers lie inside registered ranges keep their transport
+ * registrations and plans from one call to the next; without it, a transport that pins pages
+ * (verbs) registers the caller's buffers at every call and drops them afterwards, since it
+ * cannot know the memory still belongs to the caller (freed and reused memory at one address
+ * is other pages). The caller keeps the memory allocated until gs_comm_deregister(comm,
+ * *out_handle). Calls on unregistered buffers stay correct as before. Not collective; waits
+ * for a running collective. Registering the same address twice is GS_ERR_INVALID_ARGUMENT.
+ * gs_comm_stats_t.buffer_registrations counts the registrations made.
+ */
+GS_API gs_status_t gs_comm_register(gs_comm_t comm, void* buff, size_t size, void** out_handle);
+/** Drops a registration (and its transport registrations); a handle not from
+ * gs_comm_register on comm, or already deregistered, is GS_ERR_INVALID_ARGUMENT. */
+GS_API gs_status_t gs_comm_deregister(gs_comm_t comm, void* handle);
+
 /** Frees the communicator. gs_comm_destroy(NULL) is a no-op. Not collective. */
 GS_API gs_status_t gs_comm_destroy(gs_comm_t comm);
 
@@ -213,6 +229,9 @@ typedef struct {
   uint64_t staged_collectives; /**< collectives on device buffers, and the bytes they copied */
   uint64_t staged_to_host_bytes;
   uint64_t staged_to_device_bytes;
+  uint64_t buffer_registrations;    /**< registrations of callers' buffers with a transport
+                                         device (verbs pins pages at each: gs_comm_register) */
+  uint64_t buffer_registered_bytes; /**< and their bytes */
 } gs_comm_stats_t;
 
 GS_API gs_status_t gs_comm_stats(gs_comm_t comm, gs_comm_stats_t* out_stats);
@@ -445,10 +464,11 @@ typedef void (*gs_completion_fn)(gs_status_t status, const char* message, void* 
  * it, right after the results are in place (the communicator's progress thread, or a thread
  * waiting for it in gs_wait / gs_request_free, which runs queued requests itself when nobody
  * else does), or at once on the calling thread when it already has. A waiter may return before
- * the callbacks of its request have run. Several callbacks may be registered; they run in registration order. fn must
- * return promptly and must not wait for a later request of the same communicator (the progress
- * thread is running fn); it may call gs_request_free on this request. The request handle must
- * still be freed with gs_request_free (which returns at once for a finished request).
+ * the callbacks of its request have run. Several callbacks may be registered; they run in
+ * registration order. fn must return promptly and must not wait for a later request of the same
+ * communicator (the progress thread is running fn); it may call gs_request_free on this request.
+ * The request handle must still be freed with gs_request_free (which returns at once for a finished
+ * request).
  */
 GS_API gs_status_t gs_request_on_complete(gs_request_t request,
                                           gs_completion_fn fn,

@@ -88,6 +88,8 @@ class CommStats(ctypes.Structure):
         ("staged_collectives", ctypes.c_uint64),
         ("staged_to_host_bytes", ctypes.c_uint64),
         ("staged_to_device_bytes", ctypes.c_uint64),
+        ("buffer_registrations", ctypes.c_uint64),
+        ("buffer_registered_bytes", ctypes.c_uint64),
     ]
 
 

@@ -37,6 +37,9 @@ namespace {
   } while (0)
 
 int rank = -1;
+// The bookkeeping collectives' buffers: fixed, so --register covers them too and the count of
+// buffer registrations shows the measured collective's alone.
+alignas(64) int64_t bookkeeping[4];
 
 struct Bench {
   Options o;
@@ -135,21 +138,21 @@ struct Bench {
   // Bookkeeping collectives use integers: a lossy GS_CODEC never applies to them (integer
   // buffers always travel raw), so times and sizes are exact whatever codec is measured.
   void barrier() {
-    int32_t x = 0, y = 0;
-    GS_TRY(gs_allreduce(&x, &y, 1, GS_INT32, GS_SUM, comm, nullptr));
+    bookkeeping[0] = 0;
+    GS_TRY(gs_allreduce(&bookkeeping[0], &bookkeeping[1], 1, GS_INT32, GS_SUM, comm, nullptr));
   }
 
   // Max over ranks of a non-negative value, exact to a thousandth.
   double maxOverRanks(double v) {
-    int64_t in = static_cast<int64_t>(v * 1000.0), out = 0;
-    GS_TRY(gs_allreduce(&in, &out, 1, GS_INT64, GS_MAX, comm, nullptr));
-    return static_cast<double>(out) / 1000.0;
+    bookkeeping[2] = static_cast<int64_t>(v * 1000.0);
+    GS_TRY(gs_allreduce(&bookkeeping[2], &bookkeeping[3], 1, GS_INT64, GS_MAX, comm, nullptr));
+    return static_cast<double>(bookkeeping[3]) / 1000.0;
   }
 
   int64_t sumOverRanks(int64_t v) {
-    int64_t out = 0;
-    GS_TRY(gs_allreduce(&v, &out, 1, GS_INT64, GS_SUM, comm, nullptr));
-    return out;
+    bookkeeping[2] = v;
+    GS_TRY(gs_allreduce(&bookkeeping[2], &bookkeeping[3], 1, GS_INT64, GS_SUM, comm, nullptr));
+    return bookkeeping[3];
   }
 
   // Fills the inputs, runs once, and counts wrong elements on this rank.
@@ -309,11 +312,20 @@ struct Bench {
       const size_t next = static_cast<size_t>(static_cast<double>(bytes) * o.factor);
       bytes = next > bytes ? next : bytes + 1;
     }
+    // Registrations of the buffers with the transports (verbs pins pages at each): once per
+    // plan with --register, at every call on verbs without it.
+    gs_comm_stats_t end;
+    memset(&end, 0, sizeof(end));
+    end.struct_size = sizeof(end);
+    GS_TRY(gs_comm_stats(comm, &end));
+    const double regs = maxOverRanks(static_cast<double>(end.buffer_registrations));
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
     const double rss = maxOverRanks(static_cast<double>(ru.ru_maxrss));
     if (rank == 0) {
       printf("# peak_rss_kb %.0f\n", rss);
+      printf("# buffer_registrations %.0f (most of any rank)%s\n", regs,
+             o.registerBuffers ? " with --register" : "");
       printf("# Out of bounds values : %lld %s\n", static_cast<long long>(totalWrong),
              totalWrong == 0 ? "OK" : "FAILED");
     }
@@ -385,7 +397,21 @@ int main(int argc, char** argv) {
     buffers = o.deviceBuffers ? makeCudaBuffers(localRank(rank), recvBytes, sendBytes)
                               : makeHostBuffers(recvBytes, sendBytes);
     Bench b{o, comm, nranks, esize, *buffers};
+    void* registered[3] = {nullptr, nullptr, nullptr};
+    if (o.registerBuffers) {
+      GS_TRY(gs_comm_register(comm, bookkeeping, sizeof(bookkeeping), &registered[2]));
+      GS_TRY(gs_comm_register(comm, buffers->forCollective(buffers->recv()), recvBytes,
+                              &registered[0]));
+      if (sendBytes > 0) {
+        GS_TRY(gs_comm_register(comm, buffers->forCollective(buffers->send()), sendBytes,
+                                &registered[1]));
+      }
+    }
     b.run();
+    for (void* h : registered) {
+      if (h != nullptr)
+        GS_TRY(gs_comm_deregister(comm, h));
+    }
   } catch (const std::exception& e) {  // CUDA calls of the device buffers
     fprintf(stderr, "gradstream-perf: rank %d: %s\n", rank, e.what());
     exit(kExitCallFailed);

@@ -14,12 +14,14 @@
           "       broadcast|reduce|alltoall|sendrecv] [-r root] [--inplace] [--timeout seconds] "
           "[--device "
           "host|cuda]\n"
-          "       [--timeline FILE]\n"
+          "       [--timeline FILE] [--register]\n"
           "Sizes take K/M/G suffixes. Transport and tuning come from GS_* variables.\n"
           "--device cuda: send/recv buffers in CUDA device memory (device LOCAL_RANK mod the\n"
           "       device count), one stream per rank given to the collectives; each timed\n"
           "       iteration includes the stream synchronization, so the time is until the result\n"
           "       is in device memory. Filling and checking copy outside the timed region.\n"
+          "--register: gs_comm_register the send and receive buffers before the first call (their\n"
+          "       transport registrations then last across calls, see buffer_registrations).\n"
           "--timeline FILE: each rank appends a line per timed iteration to FILE.<rank>: bytes,\n"
           "       steady-clock (CLOCK_MONOTONIC) seconds at its end, its time in us.\n"
           "Exit status: 0 ok, 2 bad arguments, 3 a gradstream or CUDA call failed, 4 wrong\n"
@@ -137,6 +139,8 @@ Options parseOptions(int argc, char** argv) {
       if (d != "host" && d != "cuda")
         usage("--device takes host or cuda");
       o.deviceBuffers = d == "cuda";
+    } else if (a == "--register") {
+      o.registerBuffers = true;
     } else if (a == "--timeline")
       o.timeline = next();
     else if (a == "-h" || a == "--help")

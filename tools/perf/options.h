@@ -20,6 +20,7 @@ struct Options {
   int root = 0;
   int ranks = 0;
   bool inPlace = false;
+  bool registerBuffers = false;  // --register: gs_comm_register the buffers first
   int timeoutSeconds = 900;
   bool deviceBuffers = false;  // --device cuda
   std::string timeline;        // --timeline FILE
