@@ -62,8 +62,9 @@ int main(int argc, char** argv) {
               cpu::kernels().name);
   std::printf("%-10s %12s %16s %14s\n", "codec", "encode GB/s", "decodeReduce GB/s", "wire B/elem");
   std::printf("%-10s %12.2f %16s %14s\n", "memcpy", bytes / memcpyS / 1e9, "-", "4");
-  for (const char* name : {"raw", "fp16", "bf16", "fp8e4m3", "fp8e5m2", "int8", "int4", "topk:0.01",
-                           "int8,sr", "int4,sr", "bf16,sr"}) {
+  for (const char* name :
+       {"raw", "fp16", "bf16", "fp8e4m3", "fp8e5m2", "int8", "int4", "topk:0.01", "int8,sr",
+        "int4,sr", "bf16,sr", "fp16,sr", "fp8e4m3,sr", "fp8e5m2,sr"}) {
     auto codec = makeCodec(CodecSpec::parse(name));
     const size_t chunks = (n + chunk - 1) / chunk;
     const size_t slot = codec->maxEncodedBytes(DataType::kFloat32, chunk);

@@ -1,5 +1,6 @@
-// The AVX2 + F16C build of the codec loops. Everything included before the target pragma is
-// compiled for the baseline ISA, so inline functions this file shares with the portable build
+// The AVX2 + F16C build of the codec decode loops, and the AVX2 kernels (the encode loops are
+// cpu_avx2_encode.cc). Everything included before the target pragma is compiled for the
+// baseline ISA, so inline functions this file shares with the portable build
 // (whose out-of-line copies the linker may pick for either) never contain AVX2 instructions;
 // only the loops below, in their own namespace, do. Called only when the CPU has AVX2 and F16C.
 #include <immintrin.h>
@@ -21,10 +22,10 @@
 
 namespace gs::codecs::cpu {
 namespace avx2 {
-#include "codecs/cpu_loops.inc"
+#include "codecs/cpu_decode_loops.inc"
 }  // namespace avx2
 
-const Kernels kAvx2Kernels = {&avx2::encodeAny, &avx2::decodeAny, "avx2"};
+const Kernels kAvx2Kernels = {&encodeAvx2, &avx2::decodeAny, "avx2"};
 
 }  // namespace gs::codecs::cpu
 #if defined(__clang__)
@@ -36,4 +37,11 @@ const Kernels kAvx2Kernels = {&avx2::encodeAny, &avx2::decodeAny, "avx2"};
 namespace gs::codecs::cpu {
 const Kernels kAvx2Kernels = kPortableKernels;
 }  // namespace gs::codecs::cpu
+#endif
+
+// The main build compiles the encode loops apart, with their own flags (codecs/CMakeLists.txt
+// defines GS_CPU_ENCODE_APART here); a build that lists only this file (fuzz/CMakeLists.txt) gets
+// them in this translation unit, with the same results.
+#if !defined(GS_CPU_ENCODE_APART)
+#include "codecs/cpu_avx2_encode.cc"
 #endif

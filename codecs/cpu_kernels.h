@@ -1,9 +1,9 @@
 #pragma once
 
-// Internal to codecs/: the CPU loops of the lossy codecs, compiled twice from cpu_loops.inc
-// (portable, and with AVX2+F16C enabled) and chosen once per call by runtime CPU detection. Both
-// builds give bit-identical output (tests compare them; setForceScalarForTesting picks the
-// portable one).
+// Internal to codecs/: the CPU loops of the lossy codecs, compiled twice from cpu_loops.inc and
+// cpu_encode_loops.inc / cpu_decode_loops.inc (portable, and with AVX2+F16C enabled) and chosen
+// once per call by runtime CPU detection. Both builds give bit-identical output (tests compare
+// them; setForceScalarForTesting picks the portable one).
 
 #include <cstddef>
 #include <cstdint>
@@ -42,6 +42,27 @@ struct Kernels {
                  void* dst);
   const char* name;
 };
+
+/// The encode loops of each build (cpu_portable_encode.cc, cpu_avx2_encode.cc: built with other
+/// flags than the decode loops, see cpu_encode_loops.inc); Kernels::encode points at one.
+void encodePortable(Fmt fmt,
+                    DataType dtype,
+                    const void* src,
+                    size_t n,
+                    uint32_t blockSize,
+                    uint8_t* scales,
+                    uint8_t* payload,
+                    bool sr,
+                    uint32_t srKey);
+void encodeAvx2(Fmt fmt,
+                DataType dtype,
+                const void* src,
+                size_t n,
+                uint32_t blockSize,
+                uint8_t* scales,
+                uint8_t* payload,
+                bool sr,
+                uint32_t srKey);
 
 extern const Kernels kPortableKernels;
 /// fp8 code -> float, built from math::fp8ToFloat (defined in cpu_dispatch.cc).

@@ -1,10 +1,15 @@
 // Top-k sparsification: keep the k = ceil(fraction * count) elements of largest magnitude as
 // (uint32 index, fp32 value) pairs, indices strictly increasing. Selection is an exact radix
-// select on |x|'s float bits (three histogram passes, 24 KiB of stack, no allocation); ties at
-// the threshold are taken in index order, so the result is deterministic.
+// select on |x|'s float bits (kthLargestKey; for large chunks encodeBySample gets the same
+// result from one pass); ties at the threshold are taken in index order, so the result is
+// deterministic.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <type_traits>
+#include <vector>
 
 #include "codecs/codec.h"
 #include "codecs/decoding_codec.h"
@@ -68,34 +73,193 @@ uint32_t keyAt(const typename D::T* s, size_t i) {
   return format::floatBits(static_cast<float>(D::load(s, i))) & 0x7fffffffu;
 }
 
-/// Finds the k-th largest key (k >= 1) by three 11/11/10-bit histogram passes.
-template <class D>
-uint32_t kthLargestKey(const typename D::T* s, size_t n, uint64_t k) {
+/// Four keys as one GCC/clang vector: the group test of forEachMatch written so that it compiles
+/// to SIMD compares on any target (auto-vectorization does not manage it).
+using Keys4 = uint32_t __attribute__((vector_size(16)));
+
+/// Bit j set when the key of s[i + j] satisfies pred, for j < 16.
+template <class D, class Pred>
+uint32_t matchBits(const typename D::T* s, size_t i, Pred pred) {
+  if constexpr (std::is_same_v<D, TF32>) {
+    Keys4 bits = {0, 0, 0, 0};
+    Keys4 weight = {1, 2, 4, 8};
+    for (size_t j = 0; j < 16; j += 4, weight <<= 4) {
+      Keys4 key;
+      std::memcpy(&key, s + i + j, sizeof(key));
+      bits |= reinterpret_cast<Keys4>(pred(key & 0x7fffffffu)) & weight;
+    }
+    return bits[0] | bits[1] | bits[2] | bits[3];
+  } else {
+    uint32_t bits = 0;
+    for (size_t j = 0; j < 16; ++j)
+      bits |= static_cast<uint32_t>(static_cast<bool>(pred(keyAt<D>(s, i + j)))) << j;
+    return bits;
+  }
+}
+
+/// Calls fn(i, key) in index order for every element whose key satisfies pred, until fn returns
+/// false. pred (generic: it gets a uint32_t or a Keys4) is tested on 16 keys at a time without
+/// branches, and fn runs only for the matches, which in every use are a small fraction.
+template <class D, class Pred, class Fn>
+void forEachMatch(const typename D::T* s, size_t n, Pred pred, Fn fn) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (uint32_t bits = matchBits<D>(s, i, pred); bits != 0; bits &= bits - 1) {
+      const size_t at = i + static_cast<size_t>(__builtin_ctz(bits));
+      if (!fn(at, keyAt<D>(s, at)))
+        return;
+    }
+  }
+  for (; i < n; ++i) {
+    const uint32_t key = keyAt<D>(s, i);
+    if (pred(key) && !fn(i, key))
+      return;
+  }
+}
+
+/// One step of the radix select: the largest digit whose count, added to the counts above it,
+/// reaches k; k becomes the rank still to find among the keys with that digit.
+inline uint32_t pickDigit(const uint32_t* hist, uint32_t digitMask, uint64_t* k) {
+  uint64_t above = 0;
+  uint32_t digit = digitMask;
+  for (;; --digit) {
+    if (above + hist[digit] >= *k || digit == 0)
+      break;
+    above += hist[digit];
+  }
+  *k -= above;
+  return digit;
+}
+
+/// The radix select's three 11/11/10-bit digits of the key.
+constexpr int kShifts[3] = {21, 10, 0};
+constexpr int kWidths[3] = {11, 11, 10};
+
+/// The radix select's passes from `pass` on over keys held in memory, among those that match
+/// the digits already chosen (prefix, under prefixMask), from rank *k; returns the k-th largest.
+inline uint32_t selectAmong(const uint32_t* keys,
+                            size_t count,
+                            int pass,
+                            uint32_t prefix,
+                            uint32_t prefixMask,
+                            uint64_t* k) {
   uint32_t hist[2048];
-  uint32_t prefix = 0;  // key bits fixed so far
-  uint32_t prefixMask = 0;
-  const int shifts[3] = {21, 10, 0};
-  const int widths[3] = {11, 11, 10};
-  for (int pass = 0; pass < 3; ++pass) {
+  for (; pass < 3; ++pass) {
     std::memset(hist, 0, sizeof(hist));
-    const uint32_t digitMask = (1u << widths[pass]) - 1u;
-    for (size_t i = 0; i < n; ++i) {
-      const uint32_t key = keyAt<D>(s, i);
-      if ((key & prefixMask) == prefix)
-        ++hist[(key >> shifts[pass]) & digitMask];
-    }
-    uint64_t above = 0;
-    uint32_t digit = digitMask;
-    for (;; --digit) {
-      if (above + hist[digit] >= k || digit == 0)
-        break;
-      above += hist[digit];
-    }
-    k -= above;
-    prefix |= digit << shifts[pass];
-    prefixMask |= digitMask << shifts[pass];
+    const uint32_t digitMask = (1u << kWidths[pass]) - 1u;
+    for (size_t j = 0; j < count; ++j)
+      if ((keys[j] & prefixMask) == prefix)
+        ++hist[(keys[j] >> kShifts[pass]) & digitMask];
+    prefix |= pickDigit(hist, digitMask, k) << kShifts[pass];
+    prefixMask |= digitMask << kShifts[pass];
   }
   return prefix;
+}
+
+/// The k-th largest key (1 <= k < n), and in *k how many elements equal to it the top k take.
+/// An exact radix select on three 11/11/10-bit digits. The first pass histograms every key (four
+/// interleaved histograms, so repeated digits do not serialize on one counter); the elements
+/// with the chosen first digit (a small fraction, unless the data say otherwise) are then copied
+/// out and the other two digits resolved among them. Each pass leaves in *k the rank within the
+/// keys that share the digits chosen so far, so at the end *k is k minus the count of keys above
+/// the threshold: the ties to take.
+template <class D>
+uint32_t kthLargestKey(const typename D::T* s, size_t n, uint64_t* k) {
+  constexpr uint32_t kDigits0 = 1u << kWidths[0];
+  uint32_t hist4[4][kDigits0] = {};
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int w = 0; w < 4; ++w)
+      ++hist4[w][keyAt<D>(s, i + w) >> kShifts[0]];
+  for (; i < n; ++i)
+    ++hist4[0][keyAt<D>(s, i) >> kShifts[0]];
+  uint32_t hist[kDigits0];
+  for (uint32_t d = 0; d < kDigits0; ++d)
+    hist[d] = hist4[0][d] + hist4[1][d] + hist4[2][d] + hist4[3][d];
+  const uint32_t digit = pickDigit(hist, kDigits0 - 1u, k);
+  const uint32_t prefix = digit << kShifts[0];
+  const uint32_t prefixMask = (kDigits0 - 1u) << kShifts[0];
+  auto sameFirstDigit = [digit](auto key) { return (key >> kShifts[0]) == digit; };
+  if (hist[digit] <= n / 8) {
+    std::vector<uint32_t> keys;
+    keys.reserve(hist[digit]);
+    forEachMatch<D>(s, n, sameFirstDigit, [&](size_t, uint32_t key) {
+      keys.push_back(key);
+      return true;
+    });
+    return selectAmong(keys.data(), keys.size(), 1, prefix, prefixMask, k);
+  }
+  // Many candidates: resolve the other digits by scanning the input again instead.
+  uint32_t resolved = prefix;
+  uint32_t resolvedMask = prefixMask;
+  for (int pass = 1; pass < 3; ++pass) {
+    std::memset(hist, 0, sizeof(hist));
+    const uint32_t digitMask = (1u << kWidths[pass]) - 1u;
+    forEachMatch<D>(
+        s, n, [&](auto key) { return (key & resolvedMask) == resolved; },
+        [&](size_t, uint32_t key) {
+          ++hist[(key >> kShifts[pass]) & digitMask];
+          return true;
+        });
+    resolved |= pickDigit(hist, digitMask, k) << kShifts[pass];
+    resolvedMask |= digitMask << kShifts[pass];
+  }
+  return resolved;
+}
+
+/// Top-k's fast path for large chunks: guesses from an evenly spaced sample a key `lo` a little
+/// below the k-th largest, copies out (index, key) of every element with key >= lo in one pass
+/// (the vectorized test of forEachMatch), selects among the copies and writes the kept ones from
+/// them. Exact whenever at least k keys are >= lo (then the k-th largest and everything the
+/// top k keep is among the copies), which is checked, so the sample only decides the speed;
+/// returns false, having written nothing, when it missed or too many elements were copied.
+template <class D>
+bool encodeBySample(
+    const typename D::T* s, size_t n, uint64_t k, uint8_t* idxOut, uint8_t* valOut) {
+  constexpr size_t kSample = 2048;
+  uint32_t sample[kSample];
+  const size_t stride = n / kSample;
+  for (size_t j = 0; j < kSample; ++j)
+    sample[j] = keyAt<D>(s, j * stride + stride / 2);
+  // The k-th largest's expected rank in the sample (0 = largest), plus a margin of 2.5 standard
+  // deviations of that rank and a constant: a miss is rare and costs the exact select after it.
+  const double rank = static_cast<double>(k) * kSample / static_cast<double>(n);
+  const size_t rankLo =
+      std::min(static_cast<size_t>(rank + 2.5 * std::sqrt(rank) + 4.0), kSample - 1);
+  std::nth_element(sample, sample + rankLo, sample + kSample, std::greater<uint32_t>());
+  const uint32_t lo = sample[rankLo];
+  const double expected = static_cast<double>(n) * static_cast<double>(rankLo + 1) / kSample;
+  const size_t cap = std::min(n / 4, static_cast<size_t>(1.5 * expected) + 1024);
+  std::unique_ptr<uint32_t[]> idx(new uint32_t[cap]), keys(new uint32_t[cap]);
+  size_t got = 0;
+  bool overflow = false;
+  forEachMatch<D>(
+      s, n, [lo](auto key) { return key >= lo; },
+      [&](size_t i, uint32_t key) {
+        if (got == cap) {
+          overflow = true;
+          return false;
+        }
+        idx[got] = static_cast<uint32_t>(i);
+        keys[got++] = key;
+        return true;
+      });
+  if (overflow || got < k)
+    return false;
+  uint64_t ties = k;
+  const uint32_t threshold = selectAmong(keys.get(), got, 0, 0, 0, &ties);
+  uint32_t out = 0;
+  for (size_t j = 0; j < got && out < k; ++j) {
+    if (keys[j] < threshold || (keys[j] == threshold && ties == 0))
+      continue;
+    if (keys[j] == threshold)
+      --ties;
+    const float v = static_cast<float>(D::load(s, idx[j]));
+    std::memcpy(idxOut + 4 * out, &idx[j], 4);
+    std::memcpy(valOut + 4 * out, &v, 4);
+    ++out;
+  }
+  return true;
 }
 
 template <class D>
@@ -103,28 +267,30 @@ uint32_t encodeT(const void* src, size_t n, uint64_t k, uint8_t* idxOut, uint8_t
   const auto* s = static_cast<const typename D::T*>(src);
   if (k == 0)
     return 0;
+  constexpr size_t kMinSampled = 1u << 16;  // below, the second pass costs little
+  if (k < n && n >= kMinSampled && encodeBySample<D>(s, n, k, idxOut, valOut))
+    return static_cast<uint32_t>(k);
   uint32_t threshold = 0;
   uint64_t ties = n;  // elements equal to the threshold still to take
   if (k < n) {
-    threshold = kthLargestKey<D>(s, n, k);
-    uint64_t greater = 0;
-    for (size_t i = 0; i < n; ++i)
-      greater += keyAt<D>(s, i) > threshold;
-    ties = k - greater;
+    ties = k;
+    threshold = kthLargestKey<D>(s, n, &ties);
   }
   uint32_t out = 0;
-  for (size_t i = 0; i < n && out < k; ++i) {
-    const uint32_t key = keyAt<D>(s, i);
-    if (key > threshold || (key == threshold && ties > 0)) {
-      if (key == threshold)
-        --ties;
-      const uint32_t idx = static_cast<uint32_t>(i);
-      const float v = static_cast<float>(D::load(s, i));
-      std::memcpy(idxOut + 4 * out, &idx, 4);
-      std::memcpy(valOut + 4 * out, &v, 4);
-      ++out;
-    }
-  }
+  forEachMatch<D>(
+      s, n, [threshold](auto key) { return key >= threshold; },
+      [&](size_t i, uint32_t key) {
+        if (key == threshold) {
+          if (ties == 0)
+            return true;
+          --ties;
+        }
+        const uint32_t idx = static_cast<uint32_t>(i);
+        const float v = static_cast<float>(D::load(s, i));
+        std::memcpy(idxOut + 4 * out, &idx, 4);
+        std::memcpy(valOut + 4 * out, &v, 4);
+        return ++out < k;
+      });
   return out;
 }
 

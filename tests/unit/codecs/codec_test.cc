@@ -3,6 +3,7 @@
 // unbiased, non-finite handling, the portable and AVX2 loops bit-identical, top-k selection.
 #include "codecs/codec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -634,6 +635,58 @@ TEST(TopK, KeepsTheLargestMagnitudesInIndexOrder) {
       want += sorted[j];
     }
     EXPECT_EQ(kept, want);
+  }
+}
+
+// Chunks large enough for top-k's sampled path (and data that sends it to the exact fallback):
+// the kept set must be exactly what a sort gives, ties taken in index order, for every dtype.
+TEST(TopK, LargeChunksKeepExactlyWhatASortKeeps) {
+  std::mt19937_64 rng(41);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  const size_t n = (1u << 18) + 13;
+  for (int data = 0; data < 4; ++data) {
+    for (DataType dt : kFloatTypes) {
+      Buf src(dt, n);
+      for (size_t i = 0; i < n; ++i) {
+        double x = normal(rng);
+        if (data == 1)  // few distinct magnitudes: many ties at the threshold
+          x = static_cast<double>(static_cast<int>(rng() % 64) - 32) / 4;
+        if (data == 2)  // all equal but a few
+          x = i % 1000 == 7 ? 5.0 : -1.0;
+        if (data == 3 && rng() % 500 == 0)  // NaN and Inf rank above every finite value
+          x = rng() % 2 ? NAN : -INFINITY;
+        src.set(i, x);
+      }
+      // The key the codec ranks by: |x|'s float bits (a quiet NaN above Inf above the rest).
+      std::vector<uint32_t> key(n);
+      for (size_t i = 0; i < n; ++i)
+        key[i] = floatBits(static_cast<float>(src.get(i))) & 0x7fffffffu;
+      for (const char* spec : {"topk:0.001", "topk:0.01", "topk:0.1", "topk:0.3"}) {
+        auto c = makeCodec(CodecSpec::parse(spec));
+        const Encoded e = encodeAll(*c, src, n);
+        const size_t k = e.size.metaBytes / 4;
+        std::vector<uint32_t> order(n);
+        for (size_t i = 0; i < n; ++i)
+          order[i] = static_cast<uint32_t>(i);
+        std::stable_sort(order.begin(), order.end(),
+                         [&](uint32_t a, uint32_t b) { return key[a] > key[b]; });
+        order.resize(k);
+        std::sort(order.begin(), order.end());
+        for (size_t j = 0; j < k; ++j) {
+          uint32_t idx;
+          float v;
+          std::memcpy(&idx, e.wire.data() + 4 * j, 4);
+          std::memcpy(&v, e.wire.data() + 4 * (k + j), 4);
+          ASSERT_EQ(idx, order[j])
+              << spec << " " << dataTypeName(dt) << " data " << data << " #" << j;
+          const float want = static_cast<float>(src.get(idx));
+          if (std::isnan(want))
+            EXPECT_TRUE(std::isnan(v));
+          else
+            EXPECT_EQ(floatBits(v), floatBits(want));
+        }
+      }
+    }
   }
 }
 
