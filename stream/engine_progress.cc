@@ -116,6 +116,10 @@ bool Engine::Run::done() const {
   return true;
 }
 
+namespace {
+constexpr std::chrono::microseconds kYieldAfter{3};
+}  // namespace
+
 void Engine::Run::execute() {
   auto lastProgress = Clock::now();
   const auto timeout = std::chrono::milliseconds(engine.config_.timeoutMs);
@@ -153,11 +157,14 @@ void Engine::Run::execute() {
       onNoProgress(now);
     ++idle;
     if (idle > engine.spinRounds_ && now - lastProgress < engine.spinTime_) {
-      // Still spinning (shm: the peer's next chunk is usually microseconds away). Past the first
-      // rounds, give the core up at each round to whatever else is runnable on it: where other
-      // work (another rank, a compiler) shares this core, the peer this rank waits for may be
-      // the thread waiting for it. With nothing else runnable, yield returns at once.
-      std::this_thread::yield();
+      // Still spinning (shm: the peer's next chunk is usually microseconds away). After a few
+      // microseconds without progress, give the core up at each round to whatever else is
+      // runnable on it: where other work (another rank, a compiler) shares this core, the peer
+      // this rank waits for may be the thread waiting for it. With nothing else runnable,
+      // yield returns at once, but costs a system call: not in the first microseconds, when a
+      // peer on its own core answers.
+      if (now - lastProgress >= kYieldAfter)
+        std::this_thread::yield();
       continue;
     }
     if (idle > engine.spinRounds_ && now - lastProgress >= engine.spinTime_) {
