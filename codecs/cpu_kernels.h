@@ -18,16 +18,18 @@ enum class Fmt : uint8_t { kFp16, kBf16, kE4M3, kE5M2, kInt8, kInt4 };
 /// Element-wise formats (fp16, bf16) ignore the block arguments. For block formats `scales`
 /// points at nblocks little-endian fp32 scales (any alignment) and blocks are blockSize elements
 /// (a multiple of 8). `operand`/`dst` are arrays of dtype; dst may equal operand.
+using EncodeFn = void(Fmt fmt,
+                      DataType dtype,
+                      const void* src,
+                      size_t n,
+                      uint32_t blockSize,
+                      uint8_t* scales,
+                      uint8_t* payload,
+                      bool sr,
+                      uint32_t srKey);
+
 struct Kernels {
-  void (*encode)(Fmt fmt,
-                 DataType dtype,
-                 const void* src,
-                 size_t n,
-                 uint32_t blockSize,
-                 uint8_t* scales,
-                 uint8_t* payload,
-                 bool sr,
-                 uint32_t srKey);
+  EncodeFn* encode;
   /// reduce false: dst = decoded; true: dst = op(operand, decoded) (incomingFirst swaps).
   void (*decode)(Fmt fmt,
                  DataType dtype,
@@ -45,24 +47,8 @@ struct Kernels {
 
 /// The encode loops of each build (cpu_portable_encode.cc, cpu_avx2_encode.cc: built with other
 /// flags than the decode loops, see cpu_encode_loops.inc); Kernels::encode points at one.
-void encodePortable(Fmt fmt,
-                    DataType dtype,
-                    const void* src,
-                    size_t n,
-                    uint32_t blockSize,
-                    uint8_t* scales,
-                    uint8_t* payload,
-                    bool sr,
-                    uint32_t srKey);
-void encodeAvx2(Fmt fmt,
-                DataType dtype,
-                const void* src,
-                size_t n,
-                uint32_t blockSize,
-                uint8_t* scales,
-                uint8_t* payload,
-                bool sr,
-                uint32_t srKey);
+EncodeFn encodePortable;
+EncodeFn encodeAvx2;
 
 extern const Kernels kPortableKernels;
 /// fp8 code -> float, built from math::fp8ToFloat (defined in cpu_dispatch.cc).
