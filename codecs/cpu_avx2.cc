@@ -25,7 +25,7 @@ namespace avx2 {
 #include "codecs/cpu_decode_loops.inc"
 }  // namespace avx2
 
-const Kernels kAvx2Kernels = {&encodeAvx2, &avx2::decodeAny, "avx2"};
+const Kernels kAvx2Kernels = {&avx2::encodeAny, &avx2::decodeAny, "avx2"};
 
 }  // namespace gs::codecs::cpu
 #if defined(__clang__)

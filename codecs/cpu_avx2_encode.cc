@@ -23,18 +23,6 @@ namespace avx2 {
 #include "codecs/cpu_encode_loops.inc"
 }  // namespace avx2
 
-void encodeAvx2(Fmt fmt,
-                DataType dtype,
-                const void* src,
-                size_t n,
-                uint32_t blockSize,
-                uint8_t* scales,
-                uint8_t* payload,
-                bool sr,
-                uint32_t srKey) {
-  avx2::encodeAny(fmt, dtype, src, n, blockSize, scales, payload, sr, srKey);
-}
-
 }  // namespace gs::codecs::cpu
 #if defined(__clang__)
 #pragma clang attribute pop

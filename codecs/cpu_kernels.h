@@ -47,8 +47,12 @@ struct Kernels {
 
 /// The encode loops of each build (cpu_portable_encode.cc, cpu_avx2_encode.cc: built with other
 /// flags than the decode loops, see cpu_encode_loops.inc); Kernels::encode points at one.
-EncodeFn encodePortable;
-EncodeFn encodeAvx2;
+namespace portable {
+EncodeFn encodeAny;
+}  // namespace portable
+namespace avx2 {
+EncodeFn encodeAny;
+}  // namespace avx2
 
 extern const Kernels kPortableKernels;
 /// fp8 code -> float, built from math::fp8ToFloat (defined in cpu_dispatch.cc).

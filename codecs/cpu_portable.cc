@@ -13,7 +13,7 @@ namespace portable {
 #include "codecs/cpu_decode_loops.inc"
 }  // namespace portable
 
-const Kernels kPortableKernels = {&encodePortable, &portable::decodeAny, "portable"};
+const Kernels kPortableKernels = {&portable::encodeAny, &portable::decodeAny, "portable"};
 
 }  // namespace gs::codecs::cpu
 

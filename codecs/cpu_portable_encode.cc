@@ -13,16 +13,4 @@ namespace portable {
 #include "codecs/cpu_encode_loops.inc"
 }  // namespace portable
 
-void encodePortable(Fmt fmt,
-                    DataType dtype,
-                    const void* src,
-                    size_t n,
-                    uint32_t blockSize,
-                    uint8_t* scales,
-                    uint8_t* payload,
-                    bool sr,
-                    uint32_t srKey) {
-  portable::encodeAny(fmt, dtype, src, n, blockSize, scales, payload, sr, srKey);
-}
-
 }  // namespace gs::codecs::cpu

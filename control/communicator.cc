@@ -26,10 +26,6 @@ constexpr std::chrono::microseconds kWaiterGrace{30};
 // a peer rank may be using). A message nobody runs starts within one period.
 constexpr std::chrono::microseconds kPollPeriod{1000};
 constexpr std::chrono::milliseconds kPollAfterMessage{50};
-
-bool isMessage(const Request& r) {
-  return r.args().kind == stream::CollectiveKind::kPointToPoint;
-}
 }  // namespace
 
 void Request::complete(Errc code, std::string message) {
@@ -441,8 +437,8 @@ std::shared_ptr<Request> Communicator::submit(const stream::CollectiveArgs& args
       worker_ = std::thread([this] { progressLoop(); });
     // Behind another request the progress thread already knows there is work (whoever clears
     // a flag it waits on notifies); a polling one finds a message by itself.
-    wake = queue_.empty() && !(isMessage(*request) && workerPolling_);
-    if (isMessage(*request))
+    wake = queue_.empty() && !(request->isMessage() && workerPolling_);
+    if (request->isMessage())
       lastMessage_ = request->created();
     queue_.push_back(request);
   }
@@ -452,7 +448,7 @@ std::shared_ptr<Request> Communicator::submit(const stream::CollectiveArgs& args
 }
 
 void Communicator::hurry(const std::shared_ptr<Request>& request) {
-  if (request->done() || !isMessage(*request))
+  if (request->done() || !request->isMessage())
     return;  // other requests never wait for a waiter
   request->hurry();
   std::lock_guard<std::mutex> lock(queueMutex_);
@@ -466,25 +462,29 @@ bool Communicator::wait(const std::shared_ptr<Request>& request, Deadline deadli
   std::unique_lock<std::mutex> lock(queueMutex_);
   while (mayRun && !queueRunning_ && !inlineBusy_ && !request->done() &&
          std::find(queue_.begin(), queue_.end(), request) != queue_.end()) {
-    auto next = queue_.front();
-    queue_.pop_front();
-    queueRunning_ = true;
-    lock.unlock();
-    runQueued(next, request.get());
-    lock.lock();
-    queueRunning_ = false;
-    // Only those waiting for the queue need this: the progress thread when work is left for
-    // it, blocking calls and the destructor. A progress thread in its grace wait wakes by
-    // itself (not woken here, it does not steal the core this thread's peer may need).
-    if (!queue_.empty() || idleWaiters_ > 0 || stopping_)
-      queueCv_.notify_all();
+    runFront(lock, request.get());
   }
   lock.unlock();
   return request->waitUntil(deadline);
 }
 
+void Communicator::runFront(std::unique_lock<std::mutex>& lock, const Request* waiter) {
+  auto request = queue_.front();
+  queue_.pop_front();
+  queueRunning_ = true;
+  lock.unlock();
+  runQueued(request, waiter);
+  lock.lock();
+  queueRunning_ = false;
+  // Only those waiting for the queue need this: the progress thread when work is left for it,
+  // blocking calls and the destructor. A progress thread in its grace wait wakes by itself (not
+  // woken here, it does not steal the core a waiter's peer may need).
+  if (!queue_.empty() || idleWaiters_ > 0 || stopping_)
+    queueCv_.notify_all();
+}
+
 void Communicator::runQueued(const std::shared_ptr<Request>& request, const Request* waiter) {
-  if (isMessage(*request)) {
+  if (request->isMessage()) {
     runMessages(request, waiter);  // completes each request itself
     return;
   }
@@ -515,21 +515,15 @@ void Communicator::progressLoop() {
       }
       continue;
     }
-    auto request = queue_.front();
-    const auto due = request->created() + kWaiterGrace;
-    if (isMessage(*request) && !request->hurried() && !stopping_ && now < due) {
+    const Request& front = *queue_.front();
+    const auto due = front.created() + kWaiterGrace;
+    if (front.isMessage() && !front.hurried() && !stopping_ && now < due) {
       workerPolling_ = true;  // a waiter may take it meanwhile
       queueCv_.wait_until(lock, due);
       workerPolling_ = false;
       continue;
     }
-    queue_.pop_front();
-    queueRunning_ = true;
-    lock.unlock();
-    runQueued(request, nullptr);
-    lock.lock();
-    queueRunning_ = false;
-    queueCv_.notify_all();
+    runFront(lock, nullptr);
   }
 }
 

@@ -42,6 +42,8 @@ class Request {
   const stream::CollectiveArgs& args() const { return args_; }
   const StreamMark* issued() const { return issued_.get(); }
   Clock::time_point created() const { return created_; }
+  /// A point-to-point message (gs_send / gs_recv / gs_isend / gs_irecv).
+  bool isMessage() const { return args_.kind == stream::CollectiveKind::kPointToPoint; }
   /// Someone will not run it (a callback, gs_test, a short wait): the progress thread starts it
   /// without leaving it to a waiter first (Communicator::hurry).
   void hurry() { hurried_.store(true, std::memory_order_relaxed); }
@@ -211,6 +213,9 @@ class Communicator {
   /// waiter: the request the thread running this waits for (null: the progress thread); once
   /// it is done, later messages are left to the progress thread.
   void runMessages(const std::shared_ptr<Request>& first, const Request* waiter);
+  /// Takes the front request off the queue and runs it with queueRunning_ set (lock held on
+  /// entry and exit, released meanwhile).
+  void runFront(std::unique_lock<std::mutex>& lock, const Request* waiter);
   /// Runs one request taken off the queue to completion (progress thread or a waiter).
   void runQueued(const std::shared_ptr<Request>& request, const Request* waiter);
   /// gs_send / gs_recv: queued like gs_isend / gs_irecv (so they run with the messages around

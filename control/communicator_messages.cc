@@ -2,7 +2,6 @@
 // share the request queue with the collectives, so everything completes in issue order, and
 // the progress thread runs a series of consecutive messages as one engine run that messages
 // posted later join (both ends of an exchange may post their sends first).
-#include <algorithm>
 #include <chrono>
 
 #include "common/error.h"
@@ -22,9 +21,6 @@ stream::PointToPointOp opOf(const stream::CollectiveArgs& a) {
   return op;
 }
 
-bool isMessage(const Request& r) {
-  return r.args().kind == stream::CollectiveKind::kPointToPoint;
-}
 }  // namespace
 
 void Communicator::checkMessage(const stream::CollectiveArgs& args,
@@ -40,7 +36,7 @@ void Communicator::runMessage(const stream::CollectiveArgs& args) {
   auto request = submit(args, nullptr);
   // The engine bounds the wait (the timeout, a peer's failure); this thread usually runs the
   // message itself (wait()).
-  while (!wait(request, Deadline::afterMs(std::max<int64_t>(config_.timeoutMs, 60'000)))) {
+  while (!wait(request, Deadline::afterMs(60'000))) {
   }
   if (request->status() != Errc::kOk)
     throw Error(request->status(), request->message());
@@ -56,7 +52,7 @@ void Communicator::runMessages(const std::shared_ptr<Request>& first, const Requ
     if (waiter != nullptr && waiter->done())
       return ops;  // the waiting thread goes back to its caller; the progress thread goes on
     std::lock_guard<std::mutex> lock(queueMutex_);
-    while (!queue_.empty() && isMessage(*queue_.front())) {
+    while (!queue_.empty() && queue_.front()->isMessage()) {
       batch.push_back(queue_.front());
       ops.push_back(opOf(queue_.front()->args()));
       queue_.pop_front();
