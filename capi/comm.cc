@@ -154,6 +154,7 @@ gs_status_t gs_comm_stats(gs_comm_t comm, gs_comm_stats_t* out_stats) {
     v.staged_to_device_bytes = st.snapshot.stagedToDeviceBytes;
     v.buffer_registrations = st.snapshot.bufferRegistrations;
     v.buffer_registered_bytes = st.snapshot.bufferRegisteredBytes;
+    v.single_copy_bytes = snap.singleCopyBytes;
     // Versioned copy: only what the caller's struct has room for.
     memcpy(out_stats, &v, v.struct_size);
   });

@@ -19,7 +19,7 @@ const char* validateChunk(const ChunkHeader& h, const ChunkExpectation& e, size_
     return "unsupported chunk version";
   if (h.codec >= kNumCodecIds)
     return "unknown codec";
-  if (h.flags != 0)
+  if ((h.flags & ~format::kChunkFlagPeerMemory) != 0)
     return "unknown flags";
   for (uint8_t b : h.reserved) {
     if (b != 0)
@@ -55,6 +55,14 @@ const char* validateChunk(const ChunkHeader& h, const ChunkExpectation& e, size_
     if (const char* why = checkEncodedSizes(h.codec, static_cast<DataType>(h.dtype), h.elementCount,
                                             h.metaBytes, h.payloadBytes))
       return why;
+  }
+  if ((h.flags & format::kChunkFlagPeerMemory) != 0) {
+    // Only the header and where the payload is arrived (format::kChunkFlagPeerMemory).
+    if (h.codec != static_cast<uint8_t>(CodecId::kRaw))
+      return "a chunk left in the sender's memory must be raw";
+    if (bytesArrived != sizeof(ChunkHeader) + sizeof(format::PeerMemoryRef))
+      return "chunk left in the sender's memory: length does not match a reference";
+    return nullptr;
   }
   if (sizeof(ChunkHeader) + static_cast<uint64_t>(h.metaBytes) + h.payloadBytes != bytesArrived)
     return "chunk length does not match bytes received";

@@ -27,7 +27,9 @@ struct ChunkExpectation {
 
 /// Checks a received header against what the schedule expects and against the number of
 /// bytes that actually arrived. Returns nullptr when valid, else a static string naming the
-/// first mismatching field (the caller adds peer and values to the message).
+/// first mismatching field (the caller adds peer and values to the message). A chunk with
+/// kChunkFlagPeerMemory is valid with just the header and its PeerMemoryRef arrived; the caller
+/// checks the reference against payloadBytes before it copies.
 const char* validateChunk(const format::ChunkHeader& header,
                           const ChunkExpectation& expected,
                           size_t bytesArrived);

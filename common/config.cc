@@ -131,6 +131,12 @@ const std::vector<Entry>& table() {
        [](Config& c, const std::string& v) { c.hostname = v; }},
       {{"GS_SHM", "1", "1: shared-memory transport between ranks of one host; 0: off"},
        [](Config& c, const std::string& v) { c.shm = parseInt("GS_SHM", v, 0, 1) != 0; }},
+      {{"GS_SHM_SINGLE_COPY", "1",
+        "1: over shm, large chunks are copied once, straight from the sender's memory "
+        "(cross-memory attach, where the kernel allows it); 0: through the shared segment"},
+       [](Config& c, const std::string& v) {
+         c.shmSingleCopy = parseInt("GS_SHM_SINGLE_COPY", v, 0, 1) != 0;
+       }},
       {{"GS_STAGING_BYTES", "32M",
         "CUDA device buffers: each of the two pinned host staging slots (64K..1G; K/M/G)"},
        [](Config& c, const std::string& v) {

@@ -44,6 +44,9 @@ struct Config {
   std::string algo = "auto";  // auto | ring | tree | halving_doubling | hierarchical
   std::string hostname;       // overrides the host name used to group ranks (tests)
   bool shm = true;            // shared-memory transport between ranks of one host
+  // shm: large raw chunks are read straight out of the sender's memory (process_vm_readv) where
+  // the kernel allows it, one copy instead of two (GS_SHM_SINGLE_COPY; environment only)
+  bool shmSingleCopy = true;
   // CUDA device buffers: each of the two pinned host slots a collective is staged through
   int64_t stagingBytes = 32 << 20;
 

@@ -23,7 +23,7 @@ namespace gs::format {
 ///   8      4    collectiveId   per-communicator sequence number of the collective
 ///   12     2    step           the sender's schedule step (diagnostics; steps of sender and
 ///                               receiver need not be numbered alike)
-///   14     2    flags          reserved, 0
+///   14     2    flags          kChunkFlagPeerMemory or 0
 ///   16     8    sequence       per-link chunk sequence number
 ///   24     4    chunkIndex     index of the chunk within its step
 ///   28     4    elementCount   decoded elements in this chunk
@@ -57,6 +57,19 @@ struct ChunkHeader {
 static_assert(sizeof(ChunkHeader) == 64, "chunk header is 64 bytes on the wire");
 static_assert(offsetof(ChunkHeader, sequence) == 16 && offsetof(ChunkHeader, elementOffset) == 40,
               "chunk header layout");
+
+/// flags: the payload did not travel. The sender (a rank of the same host, over shared memory)
+/// wrote only this header and a PeerMemoryRef after it; the receiver copies the payload straight
+/// out of the sender's memory (cross-memory attach) and acknowledges it. Raw chunks only.
+inline constexpr uint16_t kChunkFlagPeerMemory = 1;
+
+/// Where a kChunkFlagPeerMemory chunk's payload is: an address in the sender's process and its
+/// length, which must equal the header's payloadBytes.
+struct PeerMemoryRef {
+  uint64_t address;
+  uint64_t bytes;
+};
+static_assert(sizeof(PeerMemoryRef) == 16);
 
 inline constexpr uint32_t kChunkMagic = 0x4b435347;  // "GSCK" little-endian
 inline constexpr uint16_t kChunkVersion = 1;

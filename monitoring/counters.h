@@ -105,6 +105,12 @@ struct alignas(64) LinkCounters {
     bytesReceived.fetch_add(wireBytes, std::memory_order_relaxed);
     touch();
   }
+  /// The payload of a chunk copied out of the peer's memory (single copy): its arrival
+  /// counted only the reference.
+  void onSingleCopy(uint64_t bytes) noexcept {
+    bytesReceived.fetch_add(bytes, std::memory_order_relaxed);
+    singleCopyBytes.fetch_add(bytes, std::memory_order_relaxed);
+  }
   void addCreditWait(uint64_t ns) noexcept {
     creditWaitNs.fetch_add(ns, std::memory_order_relaxed);
   }

@@ -197,6 +197,7 @@ Snapshot Metrics::State::snapshot() const {
     s.chunksSent += l.chunksSent;
     s.chunksReceived += l.chunksReceived;
     s.bytesReceived += l.bytesReceived;
+    s.singleCopyBytes += l.singleCopyBytes;
     s.creditWaitNs += l.creditWaitNs;
     for (int c = 0; c < kMaxCodecs; ++c)
       s.chunksByCodec[c] += l.chunksByCodec[c];

@@ -85,6 +85,7 @@ struct Snapshot {
   uint64_t chunksSent = 0;
   uint64_t chunksReceived = 0;
   uint64_t bytesReceived = 0;
+  uint64_t singleCopyBytes = 0;
   uint64_t creditWaitNs = 0;
   std::array<uint64_t, kMaxCodecs> chunksByCodec{};
   // Collectives and errors.

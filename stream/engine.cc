@@ -223,9 +223,12 @@ void Engine::run(const CollectiveArgs& args) {
     lr.codec = p.adaptive && static_cast<size_t>(peer) < linkCodecs_.size() ? linkCodecs_[peer]
                                                                             : args.codec;
     std::fill(lr.sendDone.begin(), lr.sendDone.end(), 0);
+    lr.awaitingRead.clear();
+    lr.awaitingReadHead = 0;
     for (RecvOp& op : lr.queues->recvs) {
       op.processed = false;
       op.forwardsDone = 0;
+      op.inDst = false;
     }
   }
   stats_.adaptive = p.adaptive;

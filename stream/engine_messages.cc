@@ -125,7 +125,8 @@ bool Engine::MessageRun::finished() const {
   if (reported < list.size())
     return false;
   for (const Run::LinkRun& lr : links) {
-    if (lr.link->released > lr.link->creditAdvertised)
+    if (lr.link->released > lr.link->creditAdvertised ||
+        lr.link->readsAcknowledged < lr.link->readsFromPeer)
       return false;  // the progress loop's idle round returns them
   }
   return true;

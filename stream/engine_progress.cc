@@ -96,6 +96,11 @@ void Engine::Run::onRemoteWrite(size_t li, const Completion& c) {
         links[li].counters->touch();
       break;
     case ImmTag::kControl:
+      if ((payload & kReadAckBit) != 0) {
+        link.applyReadAck(payload & kReadAckMask);
+        onReadAck(li);
+        break;
+      }
       onControl(li, static_cast<ControlCode>(payload));
       break;
     case ImmTag::kAbort:
@@ -109,7 +114,8 @@ void Engine::Run::onRemoteWrite(size_t li, const Completion& c) {
 
 bool Engine::Run::done() const {
   for (const LinkRun& l : links) {
-    if (l.completed < l.queues->sends.size() || l.releasedHere < l.queues->recvs.size()) {
+    if (l.completed < l.queues->sends.size() || l.releasedHere < l.queues->recvs.size() ||
+        l.link->readsAcknowledged < l.link->readsFromPeer) {
       return false;
     }
   }
@@ -128,6 +134,10 @@ void Engine::Run::execute() {
     bool progress = false;
     for (size_t li = 0; li < links.size(); ++li)
       progress |= pollLink(li);
+    // What may go out goes before this rank copies anything in: a receive can be long (the
+    // single copy out of a peer's memory), and a peer waiting for our chunks meanwhile idles.
+    for (size_t li = 0; li < links.size(); ++li)
+      progress |= postSends(li);
     for (size_t li = 0; li < links.size(); ++li) {
       progress |= processRecvs(li);
       progress |= returnCredits(li, false);

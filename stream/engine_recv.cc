@@ -206,7 +206,14 @@ bool Engine::Run::processRecvs(size_t li) {
     op.slotCodec = h.codec;
     op.slotMetaBytes = h.metaBytes;
     op.slotPayloadBytes = h.payloadBytes;
-    if (op.count > 0)  // a header-only chunk (Step::announceEmpty) writes nothing
+    bool applied = false;
+    if ((h.flags & format::kChunkFlagPeerMemory) != 0) {
+      // A copy is a raw decode: straight into place, unless a forward needs it in the slot.
+      op.inDst = op.action == RecvAction::kCopy && op.count > 0 && forwardsFromDst(op);
+      applied = op.action == RecvAction::kCopy && (op.forwarded == 0 || op.inDst);
+      readFromPeer(li, base, h, applied ? op.dst : payload);
+    }
+    if (op.count > 0 && !applied)  // a header-only chunk (Step::announceEmpty) writes nothing
       applyChunk(link, op, h, payload);
     if (op.finalize)
       codecs::finalizeAverage(args.dtype, args.op, op.dst, op.count, engine.nranks_);
@@ -216,7 +223,91 @@ bool Engine::Run::processRecvs(size_t li) {
     engine.stats_.chunksReceived++;
     progress = true;
   }
+  if (lr.processed < lr.queues->recvs.size())
+    progress |= readAheadFromPeer(li);
+  progress |= acknowledgeReads(li);
   return progress;
+}
+
+// A copied chunk's forward may send it from where it was copied to (its dst), for the next
+// rank to copy out of our memory, when that rank can and dst keeps the value: in gathers,
+// allreduce a copy writes final data, nothing overwrites it during the call (broadcast chains
+// do not leave chunks in memory at all, see copiedOutByPeer in plan.cc).
+// One forward only (a tree node's two children would each need the check).
+bool Engine::Run::forwardsFromDst(const RecvOp& op) const {
+  if (op.forwarded != 1 || op.forwardedOn < 0)
+    return false;
+  if (args.kind != CollectiveKind::kAllGather && args.kind != CollectiveKind::kAllReduce)
+    return false;
+  return links[static_cast<size_t>(op.forwardedOn)].link->connection().peerReadsOurMemory();
+}
+
+void Engine::Run::readFromPeer(size_t li,
+                               const uint8_t* slotBase,
+                               const format::ChunkHeader& h,
+                               uint8_t* into) {
+  Link& link = *links[li].link;
+  format::PeerMemoryRef ref;
+  memcpy(&ref, slotBase + sizeof(format::ChunkHeader), sizeof(ref));
+  // The header was validated against this receive (its payloadBytes is what `into` holds).
+  if (ref.bytes != h.payloadBytes) {
+    fail(Errc::kRemote, link.peer(),
+         formatString("invalid chunk from rank %d: it left %llu bytes in its memory for a "
+                      "chunk of %u",
+                      link.peer(), static_cast<unsigned long long>(ref.bytes), h.payloadBytes));
+  }
+  std::string why;
+  if (!link.connection().readPeerMemory(ref.address, into, ref.bytes, &why)) {
+    fail(Errc::kRemote, link.peer(),
+         formatString("cannot copy a chunk out of rank %d's memory: %s", link.peer(), why.c_str()));
+  }
+  ++link.readsFromPeer;
+  if (links[li].counters != nullptr)
+    links[li].counters->onSingleCopy(ref.bytes);
+}
+
+bool Engine::Run::readAheadFromPeer(size_t li) {
+  LinkRun& lr = links[li];
+  Link& link = *lr.link;
+  constexpr uint32_t kReference = sizeof(format::ChunkHeader) + sizeof(format::PeerMemoryRef);
+  const size_t end = std::min(lr.queues->recvs.size(), lr.processed + link.layout().slots);
+  bool progress = false;
+  for (size_t i = lr.processed; i < end; ++i) {
+    const size_t slot = link.slotOf(lr.recvBase + i);
+    if (link.arrivedBytes[slot] != kReference)
+      continue;
+    uint8_t* base = link.slot(slot);
+    format::ChunkHeader h;
+    memcpy(&h, base, sizeof(h));
+    // What fits the slot is all this needs; processRecvs validates the chunk as it does any.
+    if ((h.flags & format::kChunkFlagPeerMemory) == 0 || h.magic != format::kChunkMagic ||
+        h.metaBytes != 0 || h.payloadBytes > link.layout().slotBytes() - sizeof(h)) {
+      continue;
+    }
+    readFromPeer(li, base, h, base + sizeof(h));
+    // Now an ordinary raw chunk in its slot.
+    h.flags = 0;
+    memcpy(base, &h, sizeof(h));
+    link.arrivedBytes[slot] = sizeof(h) + h.payloadBytes;
+    progress = true;
+  }
+  return progress;
+}
+
+bool Engine::Run::acknowledgeReads(size_t li) {
+  Link& link = *links[li].link;
+  if (link.readsAcknowledged == link.readsFromPeer)
+    return false;
+  const uint32_t count = static_cast<uint32_t>(link.readsFromPeer) & kReadAckMask;
+  PostResult r = link.connection().postWrite({}, link.peerSlots, 0,
+                                             makeImm(ImmTag::kControl, kReadAckBit | count),
+                                             workId(WorkKind::kControl, li, 0));
+  if (r == PostResult::kError)
+    connectionFailed(li);
+  if (r != PostResult::kOk)
+    return false;
+  link.readsAcknowledged = link.readsFromPeer;
+  return true;
 }
 
 // Releases processed chunks (in order; a forwarded one once its forward left) and tells the

@@ -56,6 +56,10 @@ struct Engine::Run {
     uint64_t sendBase = 0, recvBase = 0;  // link sequences of this collective's first chunks
     size_t posted = 0, completed = 0, processed = 0, releasedHere = 0;
     std::vector<uint8_t> sendDone;
+    // Sends left in our memory whose write completed, waiting for the peer's read
+    // acknowledgement (in order of their readOrdinal).
+    std::vector<size_t> awaitingRead;
+    size_t awaitingReadHead = 0;
     bool answered = false;  // a kPong came back since the last liveness check was sent
   };
 
@@ -133,6 +137,9 @@ struct Engine::Run {
   uint64_t seedOf(const SendOp& op) const;
   bool postSends(size_t li);
   void onSendComplete(size_t li, size_t index);
+  // A read acknowledgement arrived: sends it covers are done.
+  void onReadAck(size_t li);
+  void finishSend(size_t li, size_t index);
   void decodeOwn(const format::ChunkHeader* h,
                  const uint8_t* encoded,
                  DataType dtype,
@@ -167,6 +174,18 @@ struct Engine::Run {
                 const uint8_t* values,
                 uint8_t* slotPayload);
   bool processRecvs(size_t li);
+  // Single copy: copies a kChunkFlagPeerMemory chunk's payload (its reference is in the slot
+  // after the header) from the peer's memory into `into`; fails the run naming the peer.
+  void readFromPeer(size_t li,
+                    const uint8_t* slotBase,
+                    const format::ChunkHeader& h,
+                    uint8_t* into);
+  // Copies chunks left in the peer's memory that arrived but wait for their turn into their
+  // slots, so the peer's buffers free up whatever this rank waits for.
+  bool readAheadFromPeer(size_t li);
+  bool forwardsFromDst(const RecvOp& op) const;
+  // Sends the read acknowledgement when reads are unacknowledged.
+  bool acknowledgeReads(size_t li);
   bool returnCredits(size_t li, bool flush);
 
   // Failure handling (engine_failure.cc): blame, notices, the liveness check.

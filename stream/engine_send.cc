@@ -9,6 +9,14 @@
 #include "stream/engine_run.h"
 
 namespace gs::stream {
+namespace {
+
+// Raw chunks from this size on are left in the sender's memory for the peer to copy where the
+// link allows it (shm with cross-memory attach). Below it the system call and the wait for
+// the acknowledgement cost more than the copy they save.
+constexpr uint32_t kPeerReadMinBytes = 64 << 10;
+
+}  // namespace
 
 void Engine::Run::fillHeader(format::ChunkHeader* h,
                              const SendOp& op,
@@ -61,6 +69,7 @@ bool Engine::Run::postSends(size_t li) {
     transport::LocalSegment segs[2];
     size_t nsegs = 1;
     uint32_t wireBytes = 0;
+    bool peerRead = false;
     const codecs::Codec* codec = codecOn(li);
     const PlanMessage& msg = messageOf(op.message);
     const bool encode = op.forwardLink < 0 && codec != nullptr && op.count > 0 && !op.raw;
@@ -79,7 +88,9 @@ bool Engine::Run::postSends(size_t li) {
                  sizeof(format::ChunkHeader) + wireBytes};
     } else {
       auto* h = reinterpret_cast<format::ChunkHeader*>(link.headerStaging(slot));
-      segs[0] = {&link.headerRegion(), slot * 64, sizeof(format::ChunkHeader)};
+      segs[0] = {&link.headerRegion(), slot * Link::kHeaderStride, sizeof(format::ChunkHeader)};
+      // Where the raw payload lies in our memory when the peer may copy it from there itself.
+      const uint8_t* inOurMemory = nullptr;
       if (op.forwardLink >= 0) {
         // Exactly the bytes that arrived (or were re-encoded) in the receive slot.
         LinkRun& from = links[op.forwardLink];
@@ -90,10 +101,30 @@ bool Engine::Run::postSends(size_t li) {
         segs[1] = {&from.link->recvSlotsRegion(),
                    fslot * from.link->layout().slotBytes() + sizeof(format::ChunkHeader),
                    wireBytes};
+        // Copied straight into place out of the previous rank's memory: the slot holds nothing,
+        // the next rank copies it out of ours (processRecvs checked this link allows that).
+        if (src.inDst)
+          inOurMemory = src.dst;
       } else {
         wireBytes = static_cast<uint32_t>(op.count * msg.elementSize);
         fillHeader(h, op, seq, static_cast<uint8_t>(format::CodecId::kRaw), 0, wireBytes);
         segs[1] = {op.region, op.regionOffset, wireBytes};
+        if (op.peerCopies)
+          inOurMemory = op.source;
+      }
+      peerRead = inOurMemory != nullptr && wireBytes >= kPeerReadMinBytes &&
+                 link.connection().peerReadsOurMemory();
+      if (peerRead) {
+        // Single copy: the peer copies the payload out of our memory itself; only the header
+        // and where the payload is travel (format::kChunkFlagPeerMemory).
+        h->flags = format::kChunkFlagPeerMemory;
+        const format::PeerMemoryRef ref{reinterpret_cast<uintptr_t>(inOurMemory), wireBytes};
+        memcpy(link.headerStaging(slot) + sizeof(format::ChunkHeader), &ref, sizeof(ref));
+        segs[0].length += sizeof(ref);
+        wireBytes = 0;
+      } else if (op.forwardLink >= 0 &&
+                 links[op.forwardLink].queues->recvs[op.forwardIndex].inDst) {
+        fail(Errc::kInternal, engine.rank_, "a chunk to forward is not in its slot");
       }
       nsegs = wireBytes > 0 ? 2 : 1;
     }
@@ -127,6 +158,11 @@ bool Engine::Run::postSends(size_t li) {
         memcpy(op.replica, decoded, op.count * elementSize);
     }
     link.headerBusy[slot] = 1;
+    op.peerRead = peerRead;
+    if (peerRead) {
+      op.readOrdinal = link.peerReadsPosted++;
+      wireBytes = static_cast<uint32_t>(op.count * msg.elementSize);  // what the peer copies
+    }
     ++link.sendSequence;
     ++lr.posted;
     op.postedNs = nowNs();
@@ -154,9 +190,30 @@ void Engine::Run::onSendComplete(size_t li, size_t index) {
   LinkRun& lr = links[li];
   if (index >= lr.posted || lr.sendDone[index])
     fail(Errc::kInternal, engine.rank_, "stray send completion");
-  lr.sendDone[index] = 1;
   Link& link = *lr.link;
   link.headerBusy[link.slotOf(lr.sendBase + index)] = 0;
+  const SendOp& op = lr.queues->sends[index];
+  if (op.peerRead && link.peerReadsDone <= op.readOrdinal) {
+    lr.awaitingRead.push_back(index);  // our buffer is in use until the peer copied it
+    return;
+  }
+  finishSend(li, index);
+}
+
+void Engine::Run::onReadAck(size_t li) {
+  LinkRun& lr = links[li];
+  while (lr.awaitingReadHead < lr.awaitingRead.size()) {
+    const size_t index = lr.awaitingRead[lr.awaitingReadHead];
+    if (lr.link->peerReadsDone <= lr.queues->sends[index].readOrdinal)
+      break;
+    ++lr.awaitingReadHead;
+    finishSend(li, index);
+  }
+}
+
+void Engine::Run::finishSend(size_t li, size_t index) {
+  LinkRun& lr = links[li];
+  lr.sendDone[index] = 1;
   const SendOp& op = lr.queues->sends[index];
   if (lr.counters != nullptr)
     lr.counters->onChunkCompleted(nowNs() - op.postedNs);

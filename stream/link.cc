@@ -29,9 +29,10 @@ Link::Link(int peer, transport::Device& device, const SlotLayout& layout)
       peer_(peer),
       device_(&device),
       layout_(layout),
-      headers_(allocatePages(layout.slots * 64 + SlotLayout::kNoticeBytes)) {
+      headers_(allocatePages(layout.slots * kHeaderStride + SlotLayout::kNoticeBytes)) {
   recvSlotsMr_ = device.allocateRegion(layout.regionBytes());
-  headersMr_ = device.registerMemory(headers_.get(), layout.slots * 64 + SlotLayout::kNoticeBytes);
+  headersMr_ = device.registerMemory(headers_.get(),
+                                     layout.slots * kHeaderStride + SlotLayout::kNoticeBytes);
 }
 
 void Link::ensureEncodeStaging() {

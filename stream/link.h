@@ -34,6 +34,11 @@ enum class ImmTag : uint32_t { kData = 0, kCredit = 1, kAbort = 2, kControl = 3 
 ///          a collective answers kPong at once, so a rank that does not is the one stopped
 enum class ControlCode : uint32_t { kBye = 0, kPing = 1, kPong = 2 };
 inline constexpr uint32_t kImmPayloadMask = (1u << 30) - 1;
+/// kControl with this bit set: a read acknowledgement. The low 29 bits are the cumulative number
+/// of chunks left in the sender's memory (format::kChunkFlagPeerMemory) that the receiver has
+/// copied out (mod 2^29); the sender's buffer is free up to there.
+inline constexpr uint32_t kReadAckBit = 1u << 29;
+inline constexpr uint32_t kReadAckMask = kReadAckBit - 1;
 inline uint32_t makeImm(ImmTag tag, uint32_t payload) {
   return (static_cast<uint32_t>(tag) << 30) | (payload & kImmPayloadMask);
 }
@@ -86,11 +91,14 @@ class Link {
   transport::RemoteKey peerSlots;
   uint64_t sendSequence = 0;  // next chunk sequence to send
   uint64_t peerReleased = 0;  // credits: chunks the peer has released
-  uint8_t* headerStaging(size_t index) { return headers_.get() + index * 64; }
+  /// Staging of each slot's outgoing header, and after it the PeerMemoryRef of a chunk left in
+  /// our memory (format::kChunkFlagPeerMemory).
+  static constexpr size_t kHeaderStride = 128;
+  uint8_t* headerStaging(size_t index) { return headers_.get() + index * kHeaderStride; }
   /// A failure notice being sent (SlotLayout::kNoticeBytes, in headerRegion() after the
   /// headers).
   uint8_t* noticeStaging() { return headers_.get() + noticeStagingOffset(); }
-  size_t noticeStagingOffset() const { return layout_.slots * 64; }
+  size_t noticeStagingOffset() const { return layout_.slots * kHeaderStride; }
   /// The failure notice the peer wrote (valid once a kAbort write of non-zero length arrived).
   const uint8_t* notice() {
     return static_cast<const uint8_t*>(recvSlotsMr_->data()) + layout_.noticeOffset();
@@ -111,6 +119,19 @@ class Link {
     if (delta < (kImmPayloadMask >> 1))
       peerReleased += delta;
   }
+  /// Single copy (shm): chunks this rank left in its memory for the peer to copy out, and how
+  /// many of them the peer has acknowledged (a send completes only then); chunks this rank
+  /// copied out of the peer's memory, and how many of them it has acknowledged.
+  uint64_t peerReadsPosted = 0;
+  uint64_t peerReadsDone = 0;
+  uint64_t readsFromPeer = 0;
+  uint64_t readsAcknowledged = 0;
+  void applyReadAck(uint32_t payload) {
+    const uint32_t delta = (payload - static_cast<uint32_t>(peerReadsDone)) & kReadAckMask;
+    if (delta < (kReadAckMask >> 1))
+      peerReadsDone += delta;
+  }
+
   bool byeReceived = false;
   bool abortReceived = false;  // the peer sent an abort message (Engine::notifyPeers waits for it)
   /// Completions that arrived on the connection while it was being set up (a peer that is

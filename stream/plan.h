@@ -33,6 +33,14 @@ struct SendOp {
   uint64_t stepCount = 0;  // elements of the whole step (an all-to-all pair's message)
   uint64_t postedNs = 0;   // progress: when it was posted (chunk latency)
   uint32_t message = 0;    // Plan::messages entry: dtype and call of this chunk
+  // Progress: left in our memory for the peer to copy (format::kChunkFlagPeerMemory), and its
+  // number among such chunks on the link (Link::peerReadsPosted); done once acknowledged.
+  bool peerRead = false;
+  uint64_t readOrdinal = 0;
+  // The receiver copies these elements out as they are (RecvAction::kCopy), so leaving them
+  // in our memory for it saves a copy; a chunk it reduces gains nothing from that (see
+  // copiedOutByPeer in plan.cc).
+  bool peerCopies = false;
 };
 
 struct RecvOp {
@@ -55,6 +63,9 @@ struct RecvOp {
   // Progress.
   bool processed = false;
   uint16_t forwardsDone = 0;  // forwards whose send completed; the slot is held until all did
+  // Copied out of the peer's memory straight into dst (single copy): its forward sends from
+  // dst, which the next rank copies out of ours in turn; the slot holds only the reference.
+  bool inDst = false;
   // What the slot holds after processing (what a forward sends): codec and encoded sizes.
   uint8_t slotCodec = 0;
   uint32_t slotMetaBytes = 0;

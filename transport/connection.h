@@ -59,6 +59,23 @@ class Connection {
   /// Why the connection failed; empty while it is healthy.
   virtual std::string errorMessage() const = 0;
 
+  /// Single copy between processes of one host (shm with cross-memory attach): whether the peer
+  /// has shown it can read this process's memory, so a sender may hand it where a payload is
+  /// instead of copying the payload (format::kChunkFlagPeerMemory). False where unsupported.
+  virtual bool peerReadsOurMemory() const { return false; }
+
+  /// Copies `bytes` at `address` in the peer's process into dst, synchronously. False with
+  /// *why set when it cannot (the peer exited, the range is not mapped there, the kernel forbids
+  /// it, or the transport has no such path). The address comes from the peer: untrusted, but it
+  /// can only name the peer's own memory, and dst's length is the caller's.
+  virtual bool readPeerMemory(uint64_t address, void* dst, size_t bytes, std::string* why) {
+    (void)address;
+    (void)dst;
+    (void)bytes;
+    *why = "this transport cannot read a peer's memory";
+    return false;
+  }
+
   /// Fills *out with the transport's view of the link; false when it has none (the default).
   /// Not on the data path: may make system calls.
   virtual bool linkInfo(LinkInfo* out) const {

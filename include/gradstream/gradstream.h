@@ -232,6 +232,8 @@ typedef struct {
   uint64_t buffer_registrations;    /**< registrations of callers' buffers with a transport
                                          device (verbs pins pages at each: gs_comm_register) */
   uint64_t buffer_registered_bytes; /**< and their bytes */
+  uint64_t single_copy_bytes;       /**< bytes received by copying them straight out of a
+                                         same-host peer's memory (GS_SHM_SINGLE_COPY) */
 } gs_comm_stats_t;
 
 GS_API gs_status_t gs_comm_stats(gs_comm_t comm, gs_comm_stats_t* out_stats);

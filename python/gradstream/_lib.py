@@ -90,6 +90,7 @@ class CommStats(ctypes.Structure):
         ("staged_to_device_bytes", ctypes.c_uint64),
         ("buffer_registrations", ctypes.c_uint64),
         ("buffer_registered_bytes", ctypes.c_uint64),
+        ("single_copy_bytes", ctypes.c_uint64),
     ]
 
 

@@ -375,6 +375,57 @@ INSTANTIATE_TEST_SUITE_P(Tcp, Perf, ::testing::ValuesIn(perfCases("tcp")), perfC
 // Needs the shm transport: where it cannot open, the ranks fall back to tcp and these fail.
 INSTANTIATE_TEST_SUITE_P(Shm, Perf, ::testing::ValuesIn(perfCases("shm")), perfCaseName);
 
+// The bytes gradstream-perf says the rank that copied most out of its peers' memory copied
+// (GS_SHM_SINGLE_COPY); -1 when the line is missing.
+long long perfSingleCopyBytes(const std::string& out) {
+  static const std::regex re("(^|\n)# single_copy_bytes ([0-9]+)");
+  std::smatch m;
+  return std::regex_search(out, m, re) ? std::stoll(m[2].str()) : -1;
+}
+
+// Over shm, chunks of 64 KiB and more that the receiver keeps as they are (all-to-all,
+// messages, gathers, allreduce's gathering phase) are copied once, by the receiver, out of the
+// sender's memory; the ring at 3 ranks also forwards from where it copied them. Results are
+// exact either way, and GS_SHM_SINGLE_COPY=0 copies through the shared segment only. Where the
+// kernel forbids reading another process (ptrace rules), the ranks fall back and the
+// single_copy_bytes check below fails: this machine must allow it (same user, no Yama).
+TEST(SingleCopy, LargeChunksBetweenProcessesAreCopiedOnceAndExactly) {
+  struct Case {
+    const char* coll;
+    int ranks;
+  };
+  for (const Case& c : {Case{"alltoall", 2}, Case{"sendrecv", 2}, Case{"allgather", 3},
+                        Case{"allreduce", 2}, Case{"broadcast", 2}}) {
+    for (const char* setting : {"1", "0"}) {
+      TempDir dir;
+      ASSERT_FALSE(dir.path().empty());
+      const std::vector<std::string> argv = {GS_PERF_EXE, "--ranks", std::to_string(c.ranks),
+                                             "--coll",    c.coll,    "-b",
+                                             "4K",        "-e",      "4M",
+                                             "-f",        "32",      "-n",
+                                             "3",         "-w",      "1",
+                                             "-c",        "1",       "--timeout",
+                                             "25"};
+      Child perf("perf", argv,
+                 {{"GS_TIMEOUT_MS", "10000"}, {"GS_SHM", "1"}, {"GS_SHM_SINGLE_COPY", setting}},
+                 dir.path());
+      ASSERT_TRUE(perf.started());
+      const bool exited = perf.waitUntil(after(28));
+      const std::string context = std::string("GS_SHM_SINGLE_COPY=") + setting + " " + c.coll +
+                                  " at " + std::to_string(c.ranks) + " ranks\n" + perf.describe();
+      ASSERT_TRUE(exited) << context;
+      EXPECT_EQ(perf.code(), 0) << context;
+      EXPECT_EQ(perfTransport(perf.out()), "shm") << context;
+      expectPerfTableClean(perf.out(), context);
+      const long long copied = perfSingleCopyBytes(perf.out());
+      if (std::string(setting) == "1")
+        EXPECT_GT(copied, 0) << context;
+      else
+        EXPECT_EQ(copied, 0) << context;
+    }
+  }
+}
+
 // ------------------------------------------------------------------------------------------
 // Ranks of gs-integ-rank launched by the test itself.
 

@@ -52,6 +52,7 @@ int main(void) {
   FIELD(gs_comm_stats_t, staged_to_device_bytes);
   FIELD(gs_comm_stats_t, buffer_registrations);
   FIELD(gs_comm_stats_t, buffer_registered_bytes);
+  FIELD(gs_comm_stats_t, single_copy_bytes);
   first = 1;
   printf("},\n \"gs_stream_config_t\": {\"size\": %zu, ", sizeof(gs_stream_config_t));
   FIELD(gs_stream_config_t, struct_size);

@@ -319,6 +319,8 @@ struct Bench {
     end.struct_size = sizeof(end);
     GS_TRY(gs_comm_stats(comm, &end));
     const double regs = maxOverRanks(static_cast<double>(end.buffer_registrations));
+    // Bytes copied straight out of a same-host peer's memory (GS_SHM_SINGLE_COPY).
+    const double singleCopy = maxOverRanks(static_cast<double>(end.single_copy_bytes));
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
     const double rss = maxOverRanks(static_cast<double>(ru.ru_maxrss));
@@ -326,6 +328,7 @@ struct Bench {
       printf("# peak_rss_kb %.0f\n", rss);
       printf("# buffer_registrations %.0f (most of any rank)%s\n", regs,
              o.registerBuffers ? " with --register" : "");
+      printf("# single_copy_bytes %.0f (most of any rank)\n", singleCopy);
       printf("# Out of bounds values : %lld %s\n", static_cast<long long>(totalWrong),
              totalWrong == 0 ? "OK" : "FAILED");
     }

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "transport/shm/device.h"
 #include "transport/shm/doorbell.h"
+#include "transport/shm/peer_memory.h"
 
 namespace gs::transport::shm {
 namespace {
@@ -53,6 +54,7 @@ Connection::Connection(Device& device, ConnectionSetup setup)
       peerPid_(setup.peerPid),
       expectedPeerProof_(setup.expectedPeerProof),
       peerReady_(setup.side == 0),  // the acceptor checked the dialer's hello in connect()
+      peerReadsUs_(setup.peerReadsUs),
       pidfd_(openPidfd(setup.peerPid)),
       completions_(kCompletionCapacity),
       recvs_(kRecvCapacity) {
@@ -231,8 +233,17 @@ bool Connection::peerHelloChecked() {
                       peer_));
     return false;
   }
+  peerReadsUs_ = hello.readsPeerMemory == 1;
   peerReady_ = true;
   return true;
+}
+
+bool Connection::readPeerMemory(uint64_t address, void* dst, size_t bytes, std::string* why) {
+  if (failed_) {
+    *why = error_;
+    return false;
+  }
+  return readProcessMemory(peerPid_, address, dst, bytes, why);
 }
 
 size_t Connection::takeNotices(std::span<Completion> out) {

@@ -25,6 +25,7 @@ struct ConnectionSetup {
   uint64_t peerToken = 0;
   int32_t peerPid = 0;
   AuthTag expectedPeerProof{};  // the hello the peer must write (dialers check it in poll)
+  bool peerReadsUs = false;     // acceptors: the dialer's hello says it reads our memory
 };
 
 /// One rank's end of a shared-memory connection. A write copies the segments straight into
@@ -50,6 +51,8 @@ class Connection final : public transport::Connection {
   PostResult postRecv(const LocalSegment& segment, WorkId id) override;
   size_t poll(std::span<Completion> out) override;
   std::string errorMessage() const override;
+  bool peerReadsOurMemory() const override { return peerReadsUs_ && !failed_; }
+  bool readPeerMemory(uint64_t address, void* dst, size_t bytes, std::string* why) override;
 
   /// Whether poll() may have something to report (the device's wait checks this before it
   /// sleeps). Reads shared words only; never fails the connection.
@@ -91,6 +94,7 @@ class Connection final : public transport::Connection {
   int32_t peerPid_;
   AuthTag expectedPeerProof_;
   bool peerReady_;
+  bool peerReadsUs_;  // its hello's readsPeerMemory (known once peerReady_)
   int pidfd_ = -1;
   Clock::time_point nextLivenessCheck_{};
 

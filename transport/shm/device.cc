@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "transport/shm/connection.h"
 #include "transport/shm/doorbell.h"
+#include "transport/shm/peer_memory.h"
 
 namespace gs::transport::shm {
 namespace {
@@ -119,8 +120,18 @@ std::unique_ptr<Segment> waitForSegment(const std::string& name,
   }
 }
 
-void writeHello(Half& half, int32_t rank, uint64_t token, const AuthTag& proof) {
+// Whether process_vm_readv reaches the peer: its token, read where its blob says it lies.
+bool readsMemoryOf(const AddressBlob& peer) {
+  uint64_t token = 0;
+  return peer.probeAddress != 0 &&
+         readProcessMemory(peer.pid, peer.probeAddress, &token, sizeof(token), nullptr) &&
+         token == peer.token;
+}
+
+void writeHello(
+    Half& half, int32_t rank, uint64_t token, const AuthTag& proof, bool readsPeerMemory) {
   half.hello.rank = rank;
+  half.hello.readsPeerMemory = readsPeerMemory ? 1u : 0u;
   half.hello.pid = static_cast<int32_t>(getpid());
   half.hello.token = token;
   half.hello.proof = proof;
@@ -135,7 +146,10 @@ bool sameDomain(std::span<const uint8_t> a, std::span<const uint8_t> b) {
 }
 
 Device::Device(const DeviceOptions& options)
-    : rank_(options.rank), nranks_(options.nranks), secret_(options.secret) {
+    : rank_(options.rank),
+      nranks_(options.nranks),
+      secret_(options.secret),
+      singleCopy_(options.config.shmSingleCopy) {
   GS_CHECK(rank_ >= 0 && rank_ < nranks_, Errc::kInvalidArgument,
            "shm device: rank %d outside [0, %d)", rank_, nranks_);
   // Every device sweeps, not only a process's first: survivors of a killed rank that form a
@@ -159,6 +173,8 @@ Device::Device(const DeviceOptions& options)
   address_.token = token_;
   fillDomain(address_);
   std::strncpy(address_.prefix, prefix_.c_str(), sizeof(address_.prefix) - 1);
+  if (singleCopy_)
+    address_.probeAddress = reinterpret_cast<uintptr_t>(&token_);
 }
 
 Device::~Device() {
@@ -260,6 +276,9 @@ std::unique_ptr<transport::Connection> Device::connect(int peer,
       helloProof(secret_, dialerToken, acceptorToken, dialerRank, acceptorRank, peer);
   const AuthTag myProof =
       helloProof(secret_, dialerToken, acceptorToken, dialerRank, acceptorRank, rank_);
+  const bool readsPeer = singleCopy_ && readsMemoryOf(theirs);
+  GS_LOG_DEBUG("shm: rank %d %s read rank %d's memory (single copy)", rank_,
+               readsPeer ? "can" : "cannot", peer);
 
   if (dialer) {
     // The dialer makes the connection and goes on; the acceptor's hello arrives later (poll
@@ -268,7 +287,7 @@ std::unique_ptr<transport::Connection> Device::connect(int peer,
     auto& block = *static_cast<ConnectionBlock*>(setup.segment->data());
     block.version = kWireVersion;
     storeRelease(block.magic, ConnectionBlock::kMagic);
-    writeHello(block.halves[1], rank_, token_, myProof);
+    writeHello(block.halves[1], rank_, token_, myProof, readsPeer);
   } else {
     const std::string name = connectionSegmentName(peerPrefix, rank_);
     setup.segment = waitForSegment(name, deadline, peerGone, &why);
@@ -301,7 +320,8 @@ std::unique_ptr<transport::Connection> Device::connect(int peer,
                                               "(invalid hello)",
                                               peer));
     }
-    writeHello(block.halves[0], rank_, token_, myProof);
+    setup.peerReadsUs = hello.readsPeerMemory == 1;
+    writeHello(block.halves[0], rank_, token_, myProof, readsPeer);
     setup.segment->unlink();  // both have it mapped: the name is no longer needed
   }
   ring(pc);

@@ -24,9 +24,12 @@ bool sameDomain(std::span<const uint8_t> a, std::span<const uint8_t> b);
 /// The shm backend's device: ranks that are processes (or threads) of one host exchange
 /// chunks through POSIX shared memory. Receive regions (allocateRegion) are shared segments
 /// the peer maps; a write is the sender's single memcpy into them plus a notification in the
-/// connection's shared queue. Waiting uses a futex doorbell in this device's control segment,
-/// which peers ring after queueing work; interrupt() rings it too. A peer that exits is
-/// noticed through its pid (pidfd), one that closes through its half of the connection.
+/// connection's shared queue. Where the kernel lets ranks read each other's memory
+/// (process_vm_readv, probed per peer at connect), large raw chunks skip that memcpy: the
+/// receiver copies them out of the sender's buffer (Connection::readPeerMemory). Waiting uses a
+/// futex doorbell in this device's control segment, which peers ring after queueing work;
+/// interrupt() rings it too. A peer that exits is noticed through its pid (pidfd), one that closes
+/// through its half of the connection.
 ///
 /// Owned by the communicator; outlives its connections and regions. registerMemory(),
 /// allocateRegion() and interrupt() are thread-safe; connect() and waitForActivity() are
@@ -58,6 +61,7 @@ class Device final : public transport::Device {
   Secret secret_;
   std::string prefix_;   // "/gs-<pid>-<random>": every segment this device creates starts so
   uint64_t token_ = 0;   // random, in our blob and control segment: proves the segment is ours
+  bool singleCopy_;      // Config::shmSingleCopy: peers may read our memory, and we theirs
   AddressBlob address_;  // what address() publishes, made once
   std::unique_ptr<Segment> control_;  // our doorbell, which peers ring
   std::atomic<uint32_t> nextRegionId_{1};

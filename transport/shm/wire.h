@@ -14,7 +14,7 @@
 
 namespace gs::transport::shm {
 
-inline constexpr uint16_t kWireVersion = 1;
+inline constexpr uint16_t kWireVersion = 2;
 
 /// What Device::address() publishes. Native byte order: it never leaves the host.
 struct AddressBlob {
@@ -30,8 +30,11 @@ struct AddressBlob {
   uint64_t pidNamespace = 0;  // inode of /proc/self/ns/pid (peers' pids must mean the same)
   uint64_t shmDevice = 0;     // st_dev of /dev/shm (the mount the segments live in)
   char prefix[40] = {};       // NUL-terminated name prefix of the device's segments
+  // Where `token` lies in the owner's memory: a peer that reads it there with
+  // process_vm_readv may read the owner's payloads the same way (single copy).
+  uint64_t probeAddress = 0;
 };
-static_assert(sizeof(AddressBlob) == 96);
+static_assert(sizeof(AddressBlob) == 104);
 
 /// A device's control segment ("<prefix>-ctl"): identity, a proof that its owner holds the
 /// communicator secret, and the doorbell peers ring after queueing work for it.
@@ -77,7 +80,7 @@ struct Hello {
   uint32_t state;  // 0 nothing yet, 1 valid
   int32_t rank;
   int32_t pid;
-  uint32_t reserved;
+  uint32_t readsPeerMemory;  // 1: this side read its peer's probe (AddressBlob::probeAddress)
   uint64_t token;
   AuthTag proof;  // authTag(secret, "gs-shm-hello", dialer token, acceptor token, ranks)
 };

@@ -163,6 +163,36 @@ TEST(ChunkHeader, EverySingleFieldCorruptionIsRejected) {
   }
 }
 
+// kChunkFlagPeerMemory: only the header and a PeerMemoryRef arrive; everything else about the
+// chunk is checked as for any chunk, and only raw chunks may be left in the sender's memory.
+TEST(ChunkHeader, ChunkLeftInTheSendersMemoryCarriesOnlyItsReference) {
+  Case c = validCase(262144, 4);
+  c.header.flags = kChunkFlagPeerMemory;
+  c.bytes = 64 + sizeof(PeerMemoryRef);
+  EXPECT_EQ(validateChunk(c.header, c.expect, c.bytes), nullptr);
+  auto rejects = [](Case k, const char* mentions) {
+    const char* why = validateChunk(k.header, k.expect, k.bytes);
+    ASSERT_NE(why, nullptr) << mentions;
+    EXPECT_NE(std::string(why).find(mentions), std::string::npos) << why;
+  };
+  Case full = c;
+  full.bytes = 64 + full.header.payloadBytes;  // the payload came too: not a reference
+  rejects(full, "reference");
+  Case encoded = c;
+  encoded.header.codec = static_cast<uint8_t>(CodecId::kBf16);
+  encoded.header.payloadBytes = encoded.header.elementCount * 2;  // a consistent bf16 chunk
+  rejects(encoded, "raw");
+  Case unknown = c;
+  unknown.header.flags = 2;
+  rejects(unknown, "flags");
+  Case miscounted = c;
+  miscounted.header.payloadBytes += 4;  // still checked against the element count
+  rejects(miscounted, "payload");
+  Case otherCall = c;
+  otherCall.header.collectiveId += 1;
+  rejects(otherCall, "collective");
+}
+
 TEST(ChunkHeader, ElementSizeOfTheExpectationIsUsed) {
   // The same header is valid for 4-byte elements and invalid for 2-byte ones.
   Case c = validCase(10, 4);
@@ -223,9 +253,12 @@ TEST(ChunkHeader, FuzzNeverCrashesAndOnlyAcceptsConsistentChunks) {
     ASSERT_EQ(h.reduceOp, e.reduceOp);
     ASSERT_EQ(h.metaBytes, 0u);
     ASSERT_EQ(uint64_t{h.payloadBytes}, uint64_t{h.elementCount} * e.elementSize);
-    ASSERT_EQ(c.bytes, 64 + uint64_t{h.payloadBytes});
+    if ((h.flags & kChunkFlagPeerMemory) != 0)
+      ASSERT_EQ(c.bytes, 64 + sizeof(PeerMemoryRef));
+    else
+      ASSERT_EQ(c.bytes, 64 + uint64_t{h.payloadBytes});
   }
-  // Bit flips in step, flags and reserved bytes (not validated) and unchanged lengths pass.
+  // Bit flips in step (not validated) and unchanged lengths pass.
   EXPECT_GT(accepted, 1000);
 }
 

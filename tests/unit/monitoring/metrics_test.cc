@@ -252,6 +252,7 @@ TEST(Metrics, CollectHasEveryFamilyWithConstantLabels) {
                            "gs_chunks_total",
                            "gs_chunks_received_total",
                            "gs_bytes_received_total",
+                           "gs_single_copy_bytes_total",
                            "gs_link_goodput_bytes_per_second",
                            "gs_chunk_latency_seconds",
                            "gs_chunk_size_bytes",

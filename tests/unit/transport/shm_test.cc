@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <thread>
 
 #include "tests/unit/transport/test_util.h"
 #include "transport/shm/device.h"
@@ -68,7 +69,7 @@ TEST(ShmTransport, WritesCrossProcessesAndAKilledPeerIsNoticed) {
       uint32_t size = static_cast<uint32_t>(blob.size());
       if (write(toParent[1], &size, 4) != 4 || write(toParent[1], blob.data(), size) != size)
         _exit(2);
-      std::vector<uint8_t> theirs(96);
+      std::vector<uint8_t> theirs(sizeof(shm::AddressBlob));
       RemoteKey key;
       if (!readAll(toChild[0], theirs.data(), theirs.size()) ||
           !readAll(toChild[0], &key, sizeof(key)))
@@ -89,7 +90,7 @@ TEST(ShmTransport, WritesCrossProcessesAndAKilledPeerIsNoticed) {
   }
   uint32_t size = 0;
   ASSERT_TRUE(readAll(toParent[0], &size, 4));
-  ASSERT_EQ(size, 96u);
+  ASSERT_EQ(size, sizeof(shm::AddressBlob));
   std::vector<uint8_t> childBlob(size);
   ASSERT_TRUE(readAll(toParent[0], childBlob.data(), size));
   EXPECT_TRUE(shm::sameDomain(childBlob, device->address()));
@@ -158,7 +159,7 @@ TEST(ShmTransport, APeerThatExitedBeforeConnectingFailsConnectAtOnce) {
       _exit(2);
     _exit(0);  // no destructors: what a crash leaves
   }
-  std::vector<uint8_t> childBlob(96);
+  std::vector<uint8_t> childBlob(sizeof(shm::AddressBlob));
   ASSERT_TRUE(readAll(toParent[0], childBlob.data(), childBlob.size()));
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
@@ -215,7 +216,7 @@ TEST(ShmTransport, MalformedOrForeignAddressesAreRefusedNamingThePeer) {
   EXPECT_FALSE(shm::sameDomain(withBlob(elsewhere), a->address()));
   expectRefused(withBlob(elsewhere), Errc::kUnsupported, "another pid namespace");
   EXPECT_TRUE(shm::sameDomain(blob, a->address()));
-  EXPECT_FALSE(shm::sameDomain(std::vector<uint8_t>(96, 0), a->address()));
+  EXPECT_FALSE(shm::sameDomain(std::vector<uint8_t>(sizeof(shm::AddressBlob), 0), a->address()));
 }
 
 TEST(ShmTransport, OnlyAllocatedRegionsAreWritableAndSendsAreBounded) {
@@ -238,6 +239,52 @@ TEST(ShmTransport, OnlyAllocatedRegionsAreWritableAndSendsAreBounded) {
     EXPECT_EQ(ranks[0].peers[1]->postSend({rb.get(), 0, big.size()}, 1), PostResult::kError);
     EXPECT_NE(ranks[0].peers[1]->errorMessage().find("at most 4096 bytes"), std::string::npos)
         << ranks[0].peers[1]->errorMessage();
+  }
+}
+
+// The single copy (GS_SHM_SINGLE_COPY): each end probes whether it can read its peer's memory
+// (process_vm_readv of the peer's token) and says so in its hello; a sender may leave chunks
+// in its memory only for a peer that can. Ranks here are threads of one process, so the read
+// itself always works: the cross-process path is SingleCopy.* in tests/integration.
+TEST(ShmTransport, PeersReadEachOthersMemoryOnlyWhereBothAllowIt) {
+  {
+    auto ranks = connectRanks("shm", 2);
+    // The dialer (rank 1) learns the acceptor's answer from its hello, in poll.
+    EXPECT_TRUE(pump(ranks, [&] {
+      return ranks[0].peers[1]->peerReadsOurMemory() && ranks[1].peers[0]->peerReadsOurMemory();
+    }));
+    std::vector<uint8_t> theirs(100000), mine(100000, 0);
+    for (size_t i = 0; i < theirs.size(); ++i)
+      theirs[i] = static_cast<uint8_t>(i * 7);
+    std::string why;
+    EXPECT_TRUE(ranks[1].peers[0]->readPeerMemory(reinterpret_cast<uintptr_t>(theirs.data()),
+                                                  mine.data(), mine.size(), &why))
+        << why;
+    EXPECT_EQ(mine, theirs);
+    // A reference to memory the peer does not have fails the read, naming why.
+    EXPECT_FALSE(ranks[1].peers[0]->readPeerMemory(8, mine.data(), 16, &why));
+    EXPECT_NE(why.find("process_vm_readv"), std::string::npos) << why;
+  }
+  {
+    // Rank 1 opts out: it neither reads rank 0 nor lets rank 0 read it.
+    const uint64_t fabric = freshFabricId();
+    DeviceOptions o0 = makeOptions(0, 2, fabric, {}), o1 = makeOptions(1, 2, fabric, {});
+    o1.config.shmSingleCopy = false;
+    std::vector<Rank> ranks(2);
+    ranks[0].device = createDevice("shm", o0);
+    ranks[1].device = createDevice("shm", o1);
+    const auto blob0 = ranks[0].device->address(), blob1 = ranks[1].device->address();
+    ranks[0].peers.resize(2);
+    ranks[1].peers.resize(2);
+    std::thread acceptor(
+        [&] { ranks[0].peers[1] = ranks[0].device->connect(1, blob1, Deadline::after(5s)); });
+    ranks[1].peers[0] = ranks[1].device->connect(0, blob0, Deadline::after(5s));
+    acceptor.join();
+    ASSERT_TRUE(ranks[0].peers[1] && ranks[1].peers[0]);
+    pump(
+        ranks, [] { return false; }, 100ms);
+    EXPECT_FALSE(ranks[0].peers[1]->peerReadsOurMemory());
+    EXPECT_FALSE(ranks[1].peers[0]->peerReadsOurMemory());
   }
 }
 
