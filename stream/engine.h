@@ -160,6 +160,12 @@ class Engine {
   /// Also keep polling until this long without progress (shm: a peer's next chunk is usually
   /// microseconds away, a futex wake-up costs more). Only where ranks do not outnumber cores.
   void setSpinTime(std::chrono::microseconds time) { spinTime_ = time; }
+  /// Raw chunks from this size on are left in the sender's memory for the peer to copy, where
+  /// the link allows it (shm single copy, GS_SHM_SINGLE_COPY). Below it the system call and
+  /// the wait for the peer's acknowledgement cost more than the copy they save; where ranks
+  /// outnumber cores that wait is a wake-up of the peer, so the communicator raises it there.
+  void setSingleCopyMinBytes(uint32_t bytes) { singleCopyMinBytes_ = bytes; }
+  static constexpr uint32_t kSingleCopyMinBytes = 64 << 10;
 
   /// Hosts of the ranks (hierarchical allreduce). Default: every rank on one host. Set before
   /// the first collective; must match on every rank.
@@ -258,6 +264,7 @@ class Engine {
   int64_t chunkBytes_ = 0;  // config_.chunkBytes until setChunkBytes()
   int spinRounds_ = 8;
   std::chrono::microseconds spinTime_{0};
+  uint32_t singleCopyMinBytes_ = kSingleCopyMinBytes;
   const codecs::Codec& decoder(uint8_t id) const { return *decoders_[id]; }
 };
 

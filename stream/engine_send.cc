@@ -9,14 +9,6 @@
 #include "stream/engine_run.h"
 
 namespace gs::stream {
-namespace {
-
-// Raw chunks from this size on are left in the sender's memory for the peer to copy where the
-// link allows it (shm with cross-memory attach). Below it the system call and the wait for
-// the acknowledgement cost more than the copy they save.
-constexpr uint32_t kPeerReadMinBytes = 64 << 10;
-
-}  // namespace
 
 void Engine::Run::fillHeader(format::ChunkHeader* h,
                              const SendOp& op,
@@ -112,7 +104,7 @@ bool Engine::Run::postSends(size_t li) {
         if (op.peerCopies)
           inOurMemory = op.source;
       }
-      peerRead = inOurMemory != nullptr && wireBytes >= kPeerReadMinBytes &&
+      peerRead = inOurMemory != nullptr && wireBytes >= engine.singleCopyMinBytes_ &&
                  link.connection().peerReadsOurMemory();
       if (peerRead) {
         // Single copy: the peer copies the payload out of our memory itself; only the header
