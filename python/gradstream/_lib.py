@@ -148,6 +148,8 @@ _PROTOTYPES = {
     "gs_request_on_complete": [c_request, COMPLETION_FN, c_ptr],
     "gs_test": [c_request, ctypes.POINTER(ctypes.c_int)],
     "gs_wait": [c_request, ctypes.c_int],
+    "gs_comm_register": [c_comm, c_ptr, c_size, ctypes.POINTER(c_ptr)],
+    "gs_comm_deregister": [c_comm, c_ptr],
     "gs_request_free": [c_request],
     "gs_stream_config_init": [ctypes.POINTER(StreamConfig)],
     "gs_stream_open": [c_comm, c_ptr, c_size, ctypes.c_int, ctypes.c_int,

@@ -235,6 +235,19 @@ def bad_input():
     t = torch.ones(8)
     dist.all_reduce(t)
     assert torch.equal(t, torch.full((8,), float(WORLD)))
+    # Registered tensors (gs_comm_register): collectives on them stay exact; the registration
+    # ends once, a second deregister says so, and non-contiguous or non-tensors are refused.
+    expect_error(ValueError, "not contiguous",
+                 lambda: gt.register_tensor(torch.ones(4, 4).t()))
+    expect_error(TypeError, "needs a tensor", lambda: gt.register_tensor([1.0]))
+    bucket = torch.empty(300000)
+    with gt.register_tensor(bucket) as reg:
+        reg_handle = reg._handle
+        for k in range(3):
+            bucket.fill_(float(RANK + k))
+            dist.all_reduce(bucket)
+            assert torch.equal(bucket, torch.full((300000,), float(sum(range(WORLD)) + WORLD * k)))
+    expect_error(Exception, "gs_comm_deregister", lambda: pg.communicator.deregister(reg_handle))
     dist.destroy_process_group()
     report(msg=msg)
 
