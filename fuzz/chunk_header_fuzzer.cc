@@ -1,6 +1,7 @@
 // libFuzzer target for validateChunk: a 64-byte header, an expectation and an arrival length from
 // the input. Whenever the header is accepted, every invariant the receiver relies on must hold,
-// and the chunk's codec must decode the bytes that follow without reading past them.
+// and the chunk's codec must decode the bytes that follow without reading past them (a chunk left
+// in the sender's memory has no bytes to decode: only its reference arrived).
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -38,7 +39,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const char* why = validateChunk(h, e, arrived);
   if (why != nullptr)
     return 0;
-  // Accepted: the documented invariants.
+  // Accepted: the documented invariants. A chunk left in the sender's memory
+  // (kChunkFlagPeerMemory) carries only its reference: raw, sized by its count, nothing to decode.
+  if ((h.flags & kChunkFlagPeerMemory) != 0) {
+    if (h.magic != kChunkMagic || h.version != kChunkVersion ||
+        h.codec != static_cast<uint8_t>(CodecId::kRaw) || h.metaBytes != 0 ||
+        h.dtype != e.dtype || h.elementCount != e.elementCount ||
+        uint64_t{h.payloadBytes} != uint64_t{h.elementCount} * e.elementSize ||
+        arrived != sizeof(ChunkHeader) + sizeof(PeerMemoryRef))
+      std::abort();
+    return 0;
+  }
   if (h.magic != kChunkMagic || h.version != kChunkVersion || h.codec >= kNumCodecIds ||
       h.dtype != e.dtype || h.elementCount != e.elementCount ||
       sizeof(ChunkHeader) + uint64_t{h.metaBytes} + h.payloadBytes != arrived ||
