@@ -317,6 +317,13 @@ void Communicator::startEngine(const std::vector<PeerInfo>& infos,
                 cores);
   } else if (plan.shmLinks > 0) {
     engine_->setSpinTime(kShmSpinTime);
+  } else {
+    // Network links only, a core per rank: poll as long in calls up to 2 MiB, where the wait is
+    // a round trip, not the kernel's copies. Measured over loopback tcp, 2 ranks: 8 B allreduce
+    // 5-6 us instead of 6-57 (the rank slept in epoll first), 64 KiB 19-22 instead of 72-75,
+    // 2 MiB 780-810 instead of 880-990; at 4 MiB polling took the core from the kernel's copies
+    // (1985-2019 instead of 1730-1757).
+    engine_->setSpinTime(kShmSpinTime, 2 << 20);
   }
 }
 

@@ -159,7 +159,12 @@ class Engine {
   void setSpinRounds(int rounds) { spinRounds_ = rounds; }
   /// Also keep polling until this long without progress (shm: a peer's next chunk is usually
   /// microseconds away, a futex wake-up costs more). Only where ranks do not outnumber cores.
-  void setSpinTime(std::chrono::microseconds time) { spinTime_ = time; }
+  /// maxBytes > 0: only in calls moving at most that many bytes per rank (larger ones wait
+  /// without polling: over tcp the kernel's copies need the core the poll would take).
+  void setSpinTime(std::chrono::microseconds time, size_t maxBytes = 0) {
+    spinTime_ = time;
+    spinMaxBytes_ = maxBytes;
+  }
   /// Raw chunks from this size on are left in the sender's memory for the peer to copy, where
   /// the link allows it (shm single copy, GS_SHM_SINGLE_COPY). Below it the system call and
   /// the wait for the peer's acknowledgement cost more than the copy they save; where ranks
@@ -264,6 +269,7 @@ class Engine {
   int64_t chunkBytes_ = 0;  // config_.chunkBytes until setChunkBytes()
   int spinRounds_ = 8;
   std::chrono::microseconds spinTime_{0};
+  size_t spinMaxBytes_ = 0;
   uint32_t singleCopyMinBytes_ = kSingleCopyMinBytes;
   const codecs::Codec& decoder(uint8_t id) const { return *decoders_[id]; }
 };

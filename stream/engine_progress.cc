@@ -130,6 +130,11 @@ void Engine::Run::execute() {
   auto lastProgress = Clock::now();
   const auto timeout = std::chrono::milliseconds(engine.config_.timeoutMs);
   int idle = 0;
+  // Point-to-point runs count as small: their messages are what a waiting rank answers.
+  const size_t bytes = messages != nullptr ? 0 : args.count * elementSize;
+  const auto spinTime = engine.spinMaxBytes_ == 0 || bytes <= engine.spinMaxBytes_
+                            ? engine.spinTime_
+                            : std::chrono::microseconds(0);
   for (;;) {
     bool progress = false;
     for (size_t li = 0; li < links.size(); ++li)
@@ -166,7 +171,7 @@ void Engine::Run::execute() {
     if (now - lastProgress > timeout)
       onNoProgress(now);
     ++idle;
-    if (idle > engine.spinRounds_ && now - lastProgress < engine.spinTime_) {
+    if (idle > engine.spinRounds_ && now - lastProgress < spinTime) {
       // Still spinning (shm: the peer's next chunk is usually microseconds away). After a few
       // microseconds without progress, give the core up at each round to whatever else is
       // runnable on it: where other work (another rank, a compiler) shares this core, the peer
@@ -177,7 +182,7 @@ void Engine::Run::execute() {
         std::this_thread::yield();
       continue;
     }
-    if (idle > engine.spinRounds_ && now - lastProgress >= engine.spinTime_) {
+    if (idle > engine.spinRounds_ && now - lastProgress >= spinTime) {
       // Past the timeout (a liveness check is out) in 1 ms steps.
       auto left =
           std::chrono::duration_cast<std::chrono::microseconds>(timeout - (now - lastProgress));
