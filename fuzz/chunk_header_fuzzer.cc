@@ -43,8 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // (kChunkFlagPeerMemory) carries only its reference: raw, sized by its count, nothing to decode.
   if ((h.flags & kChunkFlagPeerMemory) != 0) {
     if (h.magic != kChunkMagic || h.version != kChunkVersion ||
-        h.codec != static_cast<uint8_t>(CodecId::kRaw) || h.metaBytes != 0 ||
-        h.dtype != e.dtype || h.elementCount != e.elementCount ||
+        h.codec != static_cast<uint8_t>(CodecId::kRaw) || h.metaBytes != 0 || h.dtype != e.dtype ||
+        h.elementCount != e.elementCount ||
         uint64_t{h.payloadBytes} != uint64_t{h.elementCount} * e.elementSize ||
         arrived != sizeof(ChunkHeader) + sizeof(PeerMemoryRef))
       std::abort();

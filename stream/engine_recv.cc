@@ -168,13 +168,18 @@ bool Engine::Run::processRecvs(size_t li) {
   LinkRun& lr = links[li];
   Link& link = *lr.link;
   bool progress = false;
+  bool waitsForDependencies = false;
   while (lr.processed < lr.queues->recvs.size()) {
     RecvOp& op = lr.queues->recvs[lr.processed];
     const uint64_t seq = lr.recvBase + lr.processed;
     const size_t slot = link.slotOf(seq);
     const uint32_t arrived = link.arrivedBytes[slot];
-    if (arrived == Link::kNotArrived || !satisfied(op.depBegin, op.depEnd))
+    if (arrived == Link::kNotArrived)
       break;
+    if (!satisfied(op.depBegin, op.depEnd)) {
+      waitsForDependencies = true;
+      break;
+    }
     uint8_t* base = link.slot(slot);
     format::ChunkHeader h;
     memcpy(&h, base, sizeof(h));
@@ -223,7 +228,9 @@ bool Engine::Run::processRecvs(size_t li) {
     engine.stats_.chunksReceived++;
     progress = true;
   }
-  if (lr.processed < lr.queues->recvs.size())
+  // Chunks behind one that waits for its dependencies may sit in the peer's memory. (Only shm
+  // leaves chunks there, and its notices arrive in order: behind one not arrived, none has.)
+  if (waitsForDependencies)
     progress |= readAheadFromPeer(li);
   progress |= acknowledgeReads(li);
   return progress;

@@ -113,12 +113,11 @@ bool Engine::Run::postSends(size_t li) {
         const format::PeerMemoryRef ref{reinterpret_cast<uintptr_t>(inOurMemory), wireBytes};
         memcpy(link.headerStaging(slot) + sizeof(format::ChunkHeader), &ref, sizeof(ref));
         segs[0].length += sizeof(ref);
-        wireBytes = 0;
       } else if (op.forwardLink >= 0 &&
                  links[op.forwardLink].queues->recvs[op.forwardIndex].inDst) {
         fail(Errc::kInternal, engine.rank_, "a chunk to forward is not in its slot");
       }
-      nsegs = wireBytes > 0 ? 2 : 1;
+      nsegs = wireBytes > 0 && !peerRead ? 2 : 1;
     }
     const size_t dstOffset = slot * link.layout().slotBytes();
     PostResult r = link.connection().postWrite(
@@ -151,10 +150,8 @@ bool Engine::Run::postSends(size_t li) {
     }
     link.headerBusy[slot] = 1;
     op.peerRead = peerRead;
-    if (peerRead) {
+    if (peerRead)
       op.readOrdinal = link.peerReadsPosted++;
-      wireBytes = static_cast<uint32_t>(op.count * msg.elementSize);  // what the peer copies
-    }
     ++link.sendSequence;
     ++lr.posted;
     op.postedNs = nowNs();

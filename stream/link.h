@@ -114,11 +114,7 @@ class Link {
 
   /// Applies a credit message's 30-bit cumulative count. Credit messages may overtake each
   /// other (several sockets or QPs carry them), so an older count is ignored.
-  void applyCredit(uint32_t payload) {
-    const uint32_t delta = (payload - static_cast<uint32_t>(peerReleased)) & kImmPayloadMask;
-    if (delta < (kImmPayloadMask >> 1))
-      peerReleased += delta;
-  }
+  void applyCredit(uint32_t payload) { advance(peerReleased, payload, kImmPayloadMask); }
   /// Single copy (shm): chunks this rank left in its memory for the peer to copy out, and how
   /// many of them the peer has acknowledged (a send completes only then); chunks this rank
   /// copied out of the peer's memory, and how many of them it has acknowledged.
@@ -126,11 +122,7 @@ class Link {
   uint64_t peerReadsDone = 0;
   uint64_t readsFromPeer = 0;
   uint64_t readsAcknowledged = 0;
-  void applyReadAck(uint32_t payload) {
-    const uint32_t delta = (payload - static_cast<uint32_t>(peerReadsDone)) & kReadAckMask;
-    if (delta < (kReadAckMask >> 1))
-      peerReadsDone += delta;
-  }
+  void applyReadAck(uint32_t payload) { advance(peerReadsDone, payload, kReadAckMask); }
 
   bool byeReceived = false;
   bool abortReceived = false;  // the peer sent an abort message (Engine::notifyPeers waits for it)
@@ -148,6 +140,14 @@ class Link {
   bool hasCredit() const { return sendSequence - peerReleased < layout_.slots; }
 
  private:
+  // A cumulative count carried modulo mask + 1: moves `count` forward to it; an older value
+  // (messages may overtake each other) is ignored.
+  static void advance(uint64_t& count, uint32_t payload, uint32_t mask) {
+    const uint32_t delta = (payload - static_cast<uint32_t>(count)) & mask;
+    if (delta < (mask >> 1))
+      count += delta;
+  }
+
   struct FreeDeleter {
     void operator()(uint8_t* p) const noexcept;
   };
