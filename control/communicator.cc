@@ -292,8 +292,8 @@ stream::Algorithm Communicator::chooseAlgorithm(const stream::CollectiveArgs& ar
   if (args.residual != nullptr || algorithms_.size() == 1)
     return args.residual != nullptr ? stream::Algorithm::kRing : algorithms_.front();
   stream::CostModel model = costModel_;
-  if (args.codec == nullptr)
-    model.codecRatio = 1.0;
+  // The call's codec, which may be a gradient stream's over a raw communicator.
+  model.codecRatio = wireRatio(args.codec);
   const double bytes = static_cast<double>(args.count * elementSize(args.dtype));
   stream::Algorithm best = stream::Algorithm::kRing;
   double bestTime = 0;

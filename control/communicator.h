@@ -185,6 +185,8 @@ class Communicator {
   LinkPlan planLinks(const std::vector<PeerInfo>& infos, std::set<int> peers);
   void logLinkTransports(int shmLinks, int networkLinks, int localOverNetwork) const;
   void setUpCostModel(const std::vector<PeerInfo>& infos);
+  /// The cost model's codecRatio for chunks in `codec` (null: raw, 1).
+  static double wireRatio(const codecs::Codec* codec);
   /// Returns each linked peer's counters, by rank (null without a link).
   std::vector<monitoring::LinkCounters*> startMetrics(const std::vector<PeerInfo>& infos,
                                                       const LinkPlan& plan,

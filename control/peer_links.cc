@@ -33,7 +33,7 @@ std::vector<stream::Algorithm> allowedAlgorithms(const std::string& setting,
   }
   stream::Algorithm a;
   GS_CHECK(stream::parseAlgorithm(setting, &a), Errc::kInvalidArgument,
-           "GS_ALGO='%s' is unknown (auto, ring, tree, halving_doubling, hierarchical)",
+           "GS_ALGO='%s' is unknown (auto, ring, tree, halving_doubling, hierarchical, recursive_doubling)",
            setting.c_str());
   out.push_back(a);
   return out;

@@ -38,6 +38,20 @@ double halvingDoubling(int g, double bytes, const LinkCost& link, const CostMode
   return t;
 }
 
+// Recursive doubling of `bytes` among g members: log2(P) rounds each moving and reducing the
+// whole buffer, raw, plus the same fold as halving-doubling's.
+double recursiveDoubling(int g, double bytes, const LinkCost& link, const CostModel& m) {
+  if (g <= 1)
+    return 0;
+  const int p = powerOfTwoBelow(g);
+  double t = std::log2(p) *
+             (link.alphaSeconds + bytes * link.betaSecondsPerByte + bytes * m.gammaSecondsPerByte);
+  if (p != g)
+    t += 2 * link.alphaSeconds + bytes * (m.codecRatio + 1.0) * link.betaSecondsPerByte +
+         bytes * m.gammaSecondsPerByte;
+  return t;
+}
+
 // Pipelined ring phase over g members: (g-1) rounds of bytes/g, each hop able to start after
 // one chunk of the previous one.
 double ringPhase(int g, double bytes, double wireRatio, const LinkCost& link, const CostModel& m) {
@@ -93,6 +107,11 @@ double predictAllReduceSeconds(Algorithm algo,
     }
     case Algorithm::kHalvingDoubling:
       return halvingDoubling(n, bytes, slow, m);
+    case Algorithm::kRecursiveDoubling:
+      // Its rounds travel raw: a call with a codec asked for compression, which the others give.
+      if (m.codecRatio != 1.0)
+        return std::numeric_limits<double>::infinity();
+      return recursiveDoubling(n, bytes, slow, m);
     case Algorithm::kHierarchical: {
       if (!topology.uniform())
         return std::numeric_limits<double>::infinity();

@@ -31,7 +31,8 @@ struct CostModel {
 /// Predicted seconds of one allreduce of `bytes` with `algo` on `topology`: closed forms of the
 /// schedules in schedule.h (rounds on the critical path times alpha, bytes on the busiest link
 /// times beta, bytes reduced times gamma, plus the pipeline fill of a chunk per round).
-/// Returns +inf when the algorithm cannot run on the topology (hierarchical on uneven hosts).
+/// Returns +inf when the algorithm cannot run on the topology (hierarchical on uneven hosts)
+/// or would not carry the codec (recursive doubling, raw only, with codecRatio != 1).
 double predictAllReduceSeconds(Algorithm algo,
                                const Topology& topology,
                                double bytes,

@@ -72,28 +72,6 @@ Schedule ringAllReduce(int rank, int nranks, size_t count) {
   return s;
 }
 
-Schedule exchangeAllReduce(int rank, int nranks, size_t count) {
-  GS_CHECK(nranks == 2, Errc::kInternal, "exchange allreduce needs 2 ranks, not %d", nranks);
-  Schedule s = base(CollectiveKind::kAllReduce, rank, nranks, 0, count);
-  s.sendCount = s.recvCount = count;
-  // The send and the receive are separate steps so that, in place, the reduction into the
-  // buffer waits for the send reading it (dependencies only order different steps).
-  Step out;
-  out.sendPeer = 1 - rank;
-  out.send = BufferRange{BufferId::kSend, 0, count};
-  s.steps.push_back(out);
-  Step st;
-  st.recvPeer = 1 - rank;
-  st.action = RecvAction::kReduceWith;
-  st.operand = BufferRange{BufferId::kSend, 0, count};
-  st.dst = BufferRange{BufferId::kRecv, 0, count};
-  st.recvCount = count;
-  st.finalize = true;
-  st.incomingFirst = rank == 1;
-  s.steps.push_back(st);
-  return s;
-}
-
 Schedule ringReduceScatter(int rank, int nranks, size_t count) {
   Schedule s = base(CollectiveKind::kReduceScatter, rank, nranks, 0, count);
   s.sendCount = count * static_cast<size_t>(nranks);
@@ -165,7 +143,7 @@ Schedule buildSchedule(
   switch (kind) {
     case CollectiveKind::kAllReduce:
       if (latencyBound && nranks == 2)
-        return exchangeAllReduce(rank, nranks, count);
+        return recursiveDoublingAllReduce(rank, nranks, count);
       return ringAllReduce(rank, nranks, count);
     case CollectiveKind::kReduceScatter:
       return ringReduceScatter(rank, nranks, count);
@@ -194,6 +172,8 @@ const char* algorithmName(Algorithm algo) {
       return "halving_doubling";
     case Algorithm::kHierarchical:
       return "hierarchical";
+    case Algorithm::kRecursiveDoubling:
+      return "recursive_doubling";
   }
   return "unknown";
 }
@@ -220,6 +200,8 @@ Schedule buildAllReduce(
       return halvingDoublingAllReduce(rank, nranks, count);
     case Algorithm::kHierarchical:
       return hierarchicalAllReduce(rank, topology, count);
+    case Algorithm::kRecursiveDoubling:
+      return recursiveDoublingAllReduce(rank, nranks, count);
   }
   GS_CHECK(false, Errc::kInvalidArgument, "unknown algorithm");
   return {};

@@ -108,13 +108,12 @@ BufferRange ringSegment(BufferId buffer, size_t count, int n, int j);
 
 /// Ring allreduce: reduce-scatter then allgather, 2(N-1) steps, forwarding through slots.
 Schedule ringAllReduce(int rank, int nranks, size_t count);
-/// Uncompressed 2-rank ring allreduces up to this size run as one exchange (exchangeAllReduce):
-/// at 64 KiB a round trip over loopback tcp costs about as much as moving the bytes twice
-/// (gradstream-perf, 2 ranks). The cost model prices the ring so.
+/// Uncompressed 2-rank ring allreduces up to this size run as one exchange (the 2-rank
+/// recursiveDoublingAllReduce: both ranks send the whole buffer and reduce locally, one round
+/// of messages instead of the ring's two): at 64 KiB a round trip over loopback tcp costs about
+/// as much as moving the bytes twice (gradstream-perf, 2 ranks). The cost model prices the
+/// ring so.
 inline constexpr size_t kExchangeMaxBytes = 64 << 10;
-/// Two ranks exchange whole buffers and both reduce locally: one round of messages instead of
-/// the ring's two, for latency-bound (small) allreduces.
-Schedule exchangeAllReduce(int rank, int nranks, size_t count);
 /// Ring reduce-scatter of N blocks of `count` elements each; rank r ends with block r.
 Schedule ringReduceScatter(int rank, int nranks, size_t count);
 /// Ring allgather of one block of `count` elements per rank.
@@ -159,10 +158,18 @@ Schedule buildSchedule(
     CollectiveKind kind, int rank, int nranks, int root, size_t count, bool latencyBound = false);
 
 /// Allreduce algorithms. Reduce-scatter, allgather and broadcast always run as ring / chain.
-enum class Algorithm : uint8_t { kRing, kTree, kHalvingDoubling, kHierarchical };
+enum class Algorithm : uint8_t {
+  kRing,
+  kTree,
+  kHalvingDoubling,
+  kHierarchical,
+  kRecursiveDoubling,
+};
 inline constexpr Algorithm kAlgorithms[] = {Algorithm::kRing, Algorithm::kTree,
-                                            Algorithm::kHalvingDoubling, Algorithm::kHierarchical};
-/// "ring", "tree", "halving_doubling", "hierarchical" (the GS_ALGO values).
+                                            Algorithm::kHalvingDoubling, Algorithm::kHierarchical,
+                                            Algorithm::kRecursiveDoubling};
+/// "ring", "tree", "halving_doubling", "hierarchical", "recursive_doubling" (the GS_ALGO
+/// values).
 const char* algorithmName(Algorithm algo);
 bool parseAlgorithm(const std::string& name, Algorithm* out);
 
@@ -176,6 +183,13 @@ Schedule treeAllReduce(int rank, int nranks, size_t count);
 /// Recursive halving (reduce-scatter) then recursive doubling (allgather) among all ranks,
 /// pairwise folding for any N (see build::appendHalvingDoubling). 2 log2(N) rounds.
 Schedule halvingDoublingAllReduce(int rank, int nranks, size_t count);
+/// Recursive doubling: log2(P) rounds (+2 where N is not a power of two: the same pairwise
+/// fold) in which partners exchange the whole buffer and both reduce it, the lower half's value
+/// first, so every replica ends bit-identical. Half halving-doubling's rounds for log2(P) times
+/// its bytes: the latency-bound allreduce (what MPI runs for small messages). Its rounds travel
+/// raw whatever the codec (a lossy one would make the replicas differ). For N = 2 it is the
+/// one-round exchange.
+Schedule recursiveDoublingAllReduce(int rank, int nranks, size_t count);
 /// Two-level: ring reduce-scatter among the ranks of each host, halving-doubling allreduce of
 /// each shard among the ranks with the same local rank on every host, ring allgather inside
 /// each host. Intra-host hops travel raw. Needs the same number of ranks on every host

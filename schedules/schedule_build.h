@@ -109,7 +109,13 @@ void appendAllGather(Schedule& s,
 /// source.buffer) and ends in range (recv buffer). Halving hops may use the codec; the doubling
 /// and the unfolding send raw, so every replica receives the one full-precision value its
 /// owner computed (bit-identical by construction). Its steps are Step::whole.
-void appendHalvingDoubling(Schedule& s, const Group& g, BufferRange range, BufferId source);
+/// recursiveDoubling: instead of halving and doubling, log2(P) rounds in which partners
+/// exchange the whole range raw and both reduce it (half the rounds, log2(P) times the bytes).
+void appendHalvingDoubling(Schedule& s,
+                           const Group& g,
+                           BufferRange range,
+                           BufferId source,
+                           bool recursiveDoubling = false);
 
 /// Schedule skeleton with the arguments checked.
 Schedule base(CollectiveKind kind, int rank, int nranks, int root, size_t count);

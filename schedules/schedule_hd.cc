@@ -1,4 +1,5 @@
-// Recursive halving-doubling allreduce (see halvingDoublingAllReduce in schedule.h).
+// Recursive halving-doubling allreduce and its latency-bound form, recursive doubling (see
+// halvingDoublingAllReduce and recursiveDoublingAllReduce in schedule.h).
 #include <algorithm>
 
 #include "common/error.h"
@@ -14,10 +15,11 @@ namespace build {
 // the half of the current block range on its side of d and reduces it) so v ends owning block v,
 // reduced and finalized; then log2(P) doubling rounds (d = 1 .. P/2) exchange the blocks held so
 // far, raw. Blocks are ringSegment pieces of the range, so any count works (empty blocks send
-// nothing).
+// nothing). Recursive doubling replaces both phases with log2(P) rounds of the whole range.
 namespace {
 
-void appendSteps(Schedule& s, const Group& g, BufferRange range, BufferId source) {
+void appendSteps(
+    Schedule& s, const Group& g, BufferRange range, BufferId source, bool recursiveDoubling) {
   const int n = g.size(), i = g.index;
   const BufferRange src{source, range.offset, range.count};
   const BufferRange dst{BufferId::kRecv, range.offset, range.count};
@@ -62,37 +64,62 @@ void appendSteps(Schedule& s, const Group& g, BufferRange range, BufferId source
     r.offset += range.offset;
     return r;
   };
-  int lo = 0, hi = p;
-  for (int d = p / 2; d >= 1; d /= 2) {
-    const int mid = lo + (hi - lo) / 2;
-    const bool upper = (v & d) != 0;
-    const int keepLo = upper ? mid : lo, keepHi = upper ? hi : mid;
-    Step st;
-    st.sendPeer = st.recvPeer = member(v ^ d);
-    st.send = span(block, acc, upper ? lo : mid, upper ? mid : hi);
-    st.operand = span(block, acc, keepLo, keepHi);
-    st.recvCount = st.operand.count;
-    st.action = RecvAction::kReduceWith;
-    st.dst = span(block, BufferId::kRecv, keepLo, keepHi);
-    st.finalize = d == 1;
-    s.steps.push_back(st);
-    acc = BufferId::kRecv;
-    lo = keepLo;
-    hi = keepHi;
-  }
-  for (int d = 1; d < p; d *= 2) {
-    const bool upper = (v & d) != 0;
-    const int otherLo = upper ? lo - d : hi, otherHi = upper ? lo : hi + d;
-    Step st;
-    st.raw = true;
-    st.sendPeer = st.recvPeer = member(v ^ d);
-    st.send = span(block, BufferId::kRecv, lo, hi);
-    st.action = RecvAction::kCopy;
-    st.dst = span(block, BufferId::kRecv, otherLo, otherHi);
-    st.recvCount = st.dst.count;
-    s.steps.push_back(st);
-    lo = std::min(lo, otherLo);
-    hi = std::max(hi, otherHi);
+  if (recursiveDoubling) {
+    // Whole-buffer rounds at distance d = 1 .. P/2: both partners send what they hold and
+    // reduce what arrives into it, the lower half's value first on both, so after log2(P)
+    // rounds every member holds the same bits. The send is a step of its own so that the
+    // reduction into the buffer it reads waits for it (dependencies order different steps).
+    for (int d = 1; d < p; d *= 2) {
+      const BufferRange held{acc, range.offset, range.count};
+      Step out;
+      out.raw = true;
+      out.sendPeer = member(v ^ d);
+      out.send = held;
+      s.steps.push_back(out);
+      Step in;
+      in.recvPeer = member(v ^ d);
+      in.action = RecvAction::kReduceWith;
+      in.operand = held;
+      in.dst = dst;
+      in.recvCount = range.count;
+      in.incomingFirst = (v & d) != 0;
+      in.finalize = 2 * d >= p;
+      s.steps.push_back(in);
+      acc = BufferId::kRecv;
+    }
+  } else {
+    int lo = 0, hi = p;
+    for (int d = p / 2; d >= 1; d /= 2) {
+      const int mid = lo + (hi - lo) / 2;
+      const bool upper = (v & d) != 0;
+      const int keepLo = upper ? mid : lo, keepHi = upper ? hi : mid;
+      Step st;
+      st.sendPeer = st.recvPeer = member(v ^ d);
+      st.send = span(block, acc, upper ? lo : mid, upper ? mid : hi);
+      st.operand = span(block, acc, keepLo, keepHi);
+      st.recvCount = st.operand.count;
+      st.action = RecvAction::kReduceWith;
+      st.dst = span(block, BufferId::kRecv, keepLo, keepHi);
+      st.finalize = d == 1;
+      s.steps.push_back(st);
+      acc = BufferId::kRecv;
+      lo = keepLo;
+      hi = keepHi;
+    }
+    for (int d = 1; d < p; d *= 2) {
+      const bool upper = (v & d) != 0;
+      const int otherLo = upper ? lo - d : hi, otherHi = upper ? lo : hi + d;
+      Step st;
+      st.raw = true;
+      st.sendPeer = st.recvPeer = member(v ^ d);
+      st.send = span(block, BufferId::kRecv, lo, hi);
+      st.action = RecvAction::kCopy;
+      st.dst = span(block, BufferId::kRecv, otherLo, otherHi);
+      st.recvCount = st.dst.count;
+      s.steps.push_back(st);
+      lo = std::min(lo, otherLo);
+      hi = std::max(hi, otherHi);
+    }
   }
   if (i < 2 * rem) {
     Step back;
@@ -105,9 +132,13 @@ void appendSteps(Schedule& s, const Group& g, BufferRange range, BufferId source
 
 }  // namespace
 
-void appendHalvingDoubling(Schedule& s, const Group& g, BufferRange range, BufferId source) {
+void appendHalvingDoubling(Schedule& s,
+                           const Group& g,
+                           BufferRange range,
+                           BufferId source,
+                           bool recursiveDoubling) {
   const size_t first = s.steps.size();
-  appendSteps(s, g, range, source);
+  appendSteps(s, g, range, source, recursiveDoubling);
   // No step forwards another here, and a pair meets again in later rounds over other blocks.
   for (size_t k = first; k < s.steps.size(); ++k)
     s.steps[k].whole = true;
@@ -120,6 +151,14 @@ Schedule halvingDoublingAllReduce(int rank, int nranks, size_t count) {
   s.sendCount = s.recvCount = count;
   build::appendHalvingDoubling(s, build::Group::all(rank, nranks),
                                BufferRange{BufferId::kRecv, 0, count}, BufferId::kSend);
+  return s;
+}
+
+Schedule recursiveDoublingAllReduce(int rank, int nranks, size_t count) {
+  Schedule s = build::base(CollectiveKind::kAllReduce, rank, nranks, 0, count);
+  s.sendCount = s.recvCount = count;
+  build::appendHalvingDoubling(s, build::Group::all(rank, nranks),
+                               BufferRange{BufferId::kRecv, 0, count}, BufferId::kSend, true);
   return s;
 }
 

@@ -158,13 +158,17 @@ class Engine {
   /// but steals the CPU the kernel's TCP copies need when ranks outnumber cores.
   void setSpinRounds(int rounds) { spinRounds_ = rounds; }
   /// Also keep polling until this long without progress (shm: a peer's next chunk is usually
-  /// microseconds away, a futex wake-up costs more). Only where ranks do not outnumber cores.
+  /// microseconds away, a futex wake-up costs more). Where ranks outnumber cores, only with
+  /// setYieldAfter(0), so that the poll hands the core to the rank it waits for.
   /// maxBytes > 0: only in calls moving at most that many bytes per rank (larger ones wait
   /// without polling: over tcp the kernel's copies need the core the poll would take).
   void setSpinTime(std::chrono::microseconds time, size_t maxBytes = 0) {
     spinTime_ = time;
     spinMaxBytes_ = maxBytes;
   }
+  /// While polling, give the core up (sched_yield) at every idle round from this long without
+  /// progress on. Default 3 us: a peer on a core of its own answers sooner than the call.
+  void setYieldAfter(std::chrono::microseconds time) { yieldAfter_ = time; }
   /// Raw chunks from this size on are left in the sender's memory for the peer to copy, where
   /// the link allows it (shm single copy, GS_SHM_SINGLE_COPY). Below it the system call and
   /// the wait for the peer's acknowledgement cost more than the copy they save; where ranks
@@ -269,6 +273,7 @@ class Engine {
   int64_t chunkBytes_ = 0;  // config_.chunkBytes until setChunkBytes()
   int spinRounds_ = 8;
   std::chrono::microseconds spinTime_{0};
+  std::chrono::microseconds yieldAfter_{3};
   size_t spinMaxBytes_ = 0;
   uint32_t singleCopyMinBytes_ = kSingleCopyMinBytes;
   const codecs::Codec& decoder(uint8_t id) const { return *decoders_[id]; }

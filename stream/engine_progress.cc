@@ -122,10 +122,6 @@ bool Engine::Run::done() const {
   return true;
 }
 
-namespace {
-constexpr std::chrono::microseconds kYieldAfter{3};
-}  // namespace
-
 void Engine::Run::execute() {
   auto lastProgress = Clock::now();
   const auto timeout = std::chrono::milliseconds(engine.config_.timeoutMs);
@@ -178,7 +174,7 @@ void Engine::Run::execute() {
       // this rank waits for may be the thread waiting for it. With nothing else runnable,
       // yield returns at once, but costs a system call: not in the first microseconds, when a
       // peer on its own core answers.
-      if (now - lastProgress >= kYieldAfter)
+      if (now - lastProgress >= engine.yieldAfter_)
         std::this_thread::yield();
       continue;
     }

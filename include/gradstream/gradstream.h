@@ -96,7 +96,8 @@ typedef struct {
   int64_t chunk_max_bytes;  /**< default 2 MiB */
   double error_budget;      /**< relative L2 error allowed on sampled lossy chunks; default 0.05 */
   const char* algo;         /**< allreduce algorithm: "auto" (default, cost model), "ring",
-                                 "tree", "halving_doubling", "hierarchical" */
+                                 "tree", "halving_doubling", "hierarchical",
+                                 "recursive_doubling" */
   const char* hostname;     /**< groups ranks into hosts; default gethostname() */
   int64_t shm;              /**< 1 (default): shared memory between ranks of one host; 0 off */
   int64_t staging_bytes;    /**< CUDA device buffers: size of each of the two pinned host

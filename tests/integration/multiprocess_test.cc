@@ -320,11 +320,21 @@ std::vector<PerfCase> perfCases(const char* transport) {
       {"AllreduceHalvingDoublingManyChunksInPlace",
        {"--coll", "allreduce", "-d", "float32", "-o", "sum", "--inplace"},
        {{"GS_ALGO", "halving_doubling"}, {"GS_CHUNK_BYTES", "65536"}}},
+      // Whole buffers both ways in place: each round's reduction into the buffer must wait for
+      // the send reading it (1 KiB to 4 MiB: one chunk to many per round).
+      {"AllreduceRecursiveDoublingAvgInPlace",
+       {"--coll", "allreduce", "-d", "float32", "-o", "avg", "--inplace"},
+       {{"GS_ALGO", "recursive_doubling"}, {"GS_CHUNK_BYTES", "65536"}}},
   };
   std::vector<PerfCase> cases;
   for (int ranks : {2, 4}) {
     for (const Shape& shape : shapes)
       cases.push_back({shape.name, ranks, shape.args, transport, shape.env});
+  }
+  // Not a power of two: the pairwise fold in and out of the logarithmic schedules.
+  for (const Shape& shape : shapes) {
+    if (!shape.env.empty() && shape.env.front().second != "tree")
+      cases.push_back({shape.name, 3, shape.args, transport, shape.env});
   }
   return cases;
 }

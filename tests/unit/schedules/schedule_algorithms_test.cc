@@ -15,7 +15,9 @@ namespace gs::stream {
 namespace {
 
 constexpr Algorithm kNew[] = {Algorithm::kTree, Algorithm::kHalvingDoubling,
-                              Algorithm::kHierarchical};
+                              Algorithm::kHierarchical, Algorithm::kRecursiveDoubling};
+constexpr Algorithm kFlat[] = {Algorithm::kTree, Algorithm::kHalvingDoubling,
+                               Algorithm::kRecursiveDoubling};
 
 // Hosts of the checks: consecutive blocks of `perHost` ranks, or ranks dealt round-robin over
 // the hosts (rank r on host r % hosts), which makes local and cross-host groups non-contiguous.
@@ -33,8 +35,9 @@ TEST(AllReduceAlgorithms, EveryNUpTo64WithOneToEightRanksPerHost) {
     for (size_t count : countsFor(n)) {
       if (count == 1000 && n > 16)
         continue;
-      for (Algorithm algo : {Algorithm::kTree, Algorithm::kHalvingDoubling}) {
-        ASSERT_EQ(checkAllReduceSchedules(algo, Topology::blocks(n, 1), count), "");
+      for (Algorithm algo : kFlat) {
+        ASSERT_EQ(checkAllReduceSchedules(algo, Topology::blocks(n, 1), count), "")
+            << algorithmName(algo) << " N=" << n << " count " << count;
         ++runs;
       }
       for (int perHost = 1; perHost <= 8; ++perHost) {
@@ -60,9 +63,10 @@ TEST(AllReduceAlgorithms, LargerN) {
     for (size_t count : {size_t{1}, static_cast<size_t>(n + 1)}) {
       if (n == 1000 && count == 1)
         continue;
-      EXPECT_EQ(checkAllReduceSchedules(Algorithm::kTree, Topology::blocks(n, 1), count), "");
-      EXPECT_EQ(checkAllReduceSchedules(Algorithm::kHalvingDoubling, Topology::blocks(n, 1), count),
-                "");
+      for (Algorithm algo : kFlat) {
+        EXPECT_EQ(checkAllReduceSchedules(algo, Topology::blocks(n, 1), count), "")
+            << algorithmName(algo) << " N=" << n;
+      }
       for (int perHost : {1, 2, 4, 8}) {
         if (n % perHost == 0) {
           EXPECT_EQ(checkAllReduceSchedules(Algorithm::kHierarchical, Topology::blocks(n, perHost),
@@ -163,6 +167,47 @@ TEST(AllReduceAlgorithms, LogarithmicStepsAndFewPeers) {
   // Hierarchical: 2 (L-1) intra-host steps plus the cross-host halving-doubling.
   const Schedule h = hierarchicalAllReduce(3, Topology::blocks(64, 8), 1 << 20);
   EXPECT_EQ(h.steps.size(), 2u * 7 + 6);
+}
+
+// Recursive doubling: half halving-doubling's messages on the critical path (each the whole
+// buffer), and the order of every reduction fixed by rank so that replicas agree bit for bit.
+TEST(AllReduceAlgorithms, RecursiveDoublingSendsTheWholeBufferInLog2Rounds) {
+  auto sends = [](const Schedule& s, size_t count) {
+    int n = 0;
+    for (const Step& st : s.steps) {
+      if (st.sendPeer >= 0) {
+        EXPECT_EQ(st.send.count, count);
+        ++n;
+      }
+    }
+    return n;
+  };
+  for (int rank : {0, 1, 511, 1023})
+    EXPECT_EQ(sends(recursiveDoublingAllReduce(rank, 1024, 77), 77), 10) << rank;
+  // Not a power of two (1000 = 512 + 488): the folded ranks send once, their partners add a
+  // send back; the others run the 9 rounds of 512.
+  EXPECT_EQ(sends(recursiveDoublingAllReduce(0, 1000, 5), 5), 1);
+  EXPECT_EQ(sends(recursiveDoublingAllReduce(1, 1000, 5), 5), 10);
+  EXPECT_EQ(sends(recursiveDoublingAllReduce(999, 1000, 5), 5), 9);
+  for (int n : {2, 3, 4, 6, 8, 12}) {
+    for (int rank = 0; rank < n; ++rank) {
+      const Schedule s = recursiveDoublingAllReduce(rank, n, 9);
+      int finalized = 0;
+      for (size_t k = 0; k < s.steps.size(); ++k) {
+        const Step& st = s.steps[k];
+        finalized += st.finalize ? 1 : 0;
+        // Both ends of a round compute op(lower rank's value, higher rank's value). (A rank
+        // whose first step receives is a fold's: that reduction happens on one rank only.)
+        if (st.recvPeer >= 0 && st.action == RecvAction::kReduceWith && k > 0)
+          EXPECT_EQ(st.incomingFirst, st.recvPeer < rank) << "N=" << n << " rank " << rank;
+      }
+      const bool folded = rank < 2 * (n - (n >= 8 ? 8 : n >= 4 ? 4 : 2)) && rank % 2 == 0;
+      EXPECT_EQ(finalized, folded ? 0 : 1) << "N=" << n << " rank " << rank;
+    }
+  }
+  // The 2-rank latency-bound ring is this exchange.
+  EXPECT_EQ(buildSchedule(CollectiveKind::kAllReduce, 1, 2, 0, 10, true).steps.size(),
+            recursiveDoublingAllReduce(1, 2, 10).steps.size());
 }
 
 // Complementary trees: no rank is an inner node (two children) of both trees, so each rank's
