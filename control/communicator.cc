@@ -291,10 +291,15 @@ stream::Algorithm Communicator::chooseAlgorithm(const stream::CollectiveArgs& ar
   // Error feedback's accounting is the ring's (see CollectiveArgs::residual).
   if (args.residual != nullptr || algorithms_.size() == 1)
     return args.residual != nullptr ? stream::Algorithm::kRing : algorithms_.front();
+  const size_t callBytes = args.count * elementSize(args.dtype);
+  for (const AlgorithmChoice& c : choices_) {
+    if (c.bytes == callBytes && c.codec == args.codec && c.adaptive == args.adaptive)
+      return c.algorithm;
+  }
   stream::CostModel model = costModel_;
   // The call's codec, which may be a gradient stream's over a raw communicator.
   model.codecRatio = wireRatio(args.codec);
-  const double bytes = static_cast<double>(args.count * elementSize(args.dtype));
+  const double bytes = static_cast<double>(callBytes);
   stream::Algorithm best = stream::Algorithm::kRing;
   double bestTime = 0;
   bool considered = false;
@@ -317,6 +322,8 @@ stream::Algorithm Communicator::chooseAlgorithm(const stream::CollectiveArgs& ar
                 bytes, nranks_, topology_.hosts(), stream::algorithmName(best), bestTime * 1e6);
     lastChoice_ = best;
   }
+  choices_[nextChoice_] = AlgorithmChoice{callBytes, args.codec, args.adaptive, best};
+  nextChoice_ = (nextChoice_ + 1) % kRememberedChoices;
   return best;
 }
 

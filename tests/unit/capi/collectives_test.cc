@@ -144,6 +144,55 @@ TEST_P(CollectivesTest, HalvingDoublingAllReduceEveryDtypeAndOp) {
   allReduceEveryDtypeAndOp(nranks(), o);
 }
 
+// Recursive doubling exchanges whole buffers and reduces in place round after round: each
+// reduction into the buffer must wait for the send reading it; ranks beyond a power of two fold.
+TEST_P(CollectivesTest, RecursiveDoublingAllReduceEveryDtypeAndOp) {
+  RankOptions o = options();
+  o.algo = "recursive_doubling";
+  allReduceEveryDtypeAndOp(nranks(), o);
+}
+
+// GS_ALGO=auto remembers its choice per call size: sizes taken in turn still get their own
+// (small: recursive doubling's log2 N rounds; large: a schedule that moves fewer bytes).
+TEST(AutoAlgorithm, EachSizeKeepsItsOwnChoiceWhenSizesAlternate) {
+  const int n = 4;
+  RankOptions o;
+  o.transport = "loopback";
+  std::vector<std::vector<std::string>> seen(n);
+  Failures f;
+  runRanks(n, o, [&](int rank, gs_comm_t comm) {
+    std::vector<float> small(2, 1.0f), large(size_t{4} << 20, 1.0f);
+    for (int round = 0; round < 3; ++round) {
+      for (std::vector<float>* buf : {&small, &large}) {
+        if (gs_allreduce(buf->data(), buf->data(), buf->size(), GS_FLOAT32, GS_SUM, comm,
+                         nullptr) != GS_OK) {
+          f.add(std::string("allreduce: ") + gs_last_error());
+          return;
+        }
+        gs_comm_stats_t st;
+        memset(&st, 0, sizeof(st));
+        st.struct_size = sizeof(st);
+        if (gs_comm_stats(comm, &st) != GS_OK) {
+          f.add(std::string("stats: ") + gs_last_error());
+          return;
+        }
+        seen[rank].push_back(st.last_algorithm);
+      }
+    }
+  });
+  ASSERT_TRUE(f.list.empty()) << f.list.front();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(seen[r].size(), 6u);
+    for (size_t k = 0; k < 6; ++k) {
+      if (k % 2 == 0)
+        EXPECT_EQ(seen[r][k], "recursive_doubling") << "rank " << r << " call " << k;
+      else
+        EXPECT_NE(seen[r][k], "recursive_doubling") << "rank " << r << " call " << k;
+      EXPECT_EQ(seen[r][k], seen[0][k]) << "rank " << r << " call " << k;
+    }
+  }
+}
+
 // Hierarchical with 2 ranks per "host" (host names from RankOptions::perHost): ring links inside
 // a host, halving-doubling links across hosts, in one plan.
 TEST_P(CollectivesTest, HierarchicalAllReduceEveryDtypeAndOp) {
