@@ -125,7 +125,8 @@ const std::vector<Entry>& table() {
        [](Config& c, const std::string& v) {
          c.errorBudget = parseDouble("GS_ERROR_BUDGET", v, 0, 1);
        }},
-      {{"GS_ALGO", "auto", "auto | ring | tree | halving_doubling | hierarchical | recursive_doubling"},
+      {{"GS_ALGO", "auto",
+        "auto | ring | tree | halving_doubling | hierarchical | recursive_doubling"},
        [](Config& c, const std::string& v) { c.algo = v; }},
       {{"GS_HOSTNAME", "", "host name used to group ranks into hosts; unset: gethostname()"},
        [](Config& c, const std::string& v) { c.hostname = v; }},
@@ -188,10 +189,12 @@ void Config::validate() const {
            static_cast<long long>(chunkMaxBytes));
   GS_CHECK(errorBudget >= 0 && errorBudget <= 1, Errc::kInvalidArgument,
            "error_budget %g is out of range [0, 1]", errorBudget);
-  GS_CHECK(algo == "auto" || algo == "ring" || algo == "tree" || algo == "halving_doubling" ||
-               algo == "hierarchical" || algo == "recursive_doubling",
-           Errc::kInvalidArgument,
-           "algo '%s' is unknown (auto, ring, tree, halving_doubling, hierarchical, recursive_doubling)", algo.c_str());
+  GS_CHECK(
+      algo == "auto" || algo == "ring" || algo == "tree" || algo == "halving_doubling" ||
+          algo == "hierarchical" || algo == "recursive_doubling",
+      Errc::kInvalidArgument,
+      "algo '%s' is unknown (auto, ring, tree, halving_doubling, hierarchical, recursive_doubling)",
+      algo.c_str());
   GS_CHECK(stagingBytes >= (64 << 10) && stagingBytes <= (int64_t{1} << 30), Errc::kInvalidArgument,
            "staging_bytes %lld is out of range [64K, 1G]", static_cast<long long>(stagingBytes));
   // codec is validated where codecs are known (codecs::CodecSpec::parse, at communicator set-up).

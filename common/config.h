@@ -41,9 +41,10 @@ struct Config {
   double errorBudget = 0.05;  // relative L2 error budget of sampled lossy chunks
 
   // topology and algorithm choice
-  std::string algo = "auto";  // auto | ring | tree | halving_doubling | hierarchical | recursive_doubling
-  std::string hostname;       // overrides the host name used to group ranks (tests)
-  bool shm = true;            // shared-memory transport between ranks of one host
+  // auto | ring | tree | halving_doubling | hierarchical | recursive_doubling
+  std::string algo = "auto";
+  std::string hostname;  // overrides the host name used to group ranks (tests)
+  bool shm = true;       // shared-memory transport between ranks of one host
   // shm: large raw chunks are read straight out of the sender's memory (process_vm_readv) where
   // the kernel allows it, one copy instead of two (GS_SHM_SINGLE_COPY; environment only)
   bool shmSingleCopy = true;

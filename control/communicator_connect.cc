@@ -268,9 +268,10 @@ void Communicator::setUpCostModel(const std::vector<PeerInfo>& infos) {
 
 double Communicator::wireRatio(const codecs::Codec* codec) {
   // Wire bytes per logical byte of a full fp32 chunk (an upper bound for top-k).
-  return codec != nullptr ? static_cast<double>(codec->maxEncodedBytes(DataType::kFloat32, 1 << 18)) /
-                                static_cast<double>(1 << 20)
-                          : 1.0;
+  return codec != nullptr
+             ? static_cast<double>(codec->maxEncodedBytes(DataType::kFloat32, 1 << 18)) /
+                   static_cast<double>(1 << 20)
+             : 1.0;
 }
 
 std::vector<monitoring::LinkCounters*> Communicator::startMetrics(

@@ -33,7 +33,8 @@ std::vector<stream::Algorithm> allowedAlgorithms(const std::string& setting,
   }
   stream::Algorithm a;
   GS_CHECK(stream::parseAlgorithm(setting, &a), Errc::kInvalidArgument,
-           "GS_ALGO='%s' is unknown (auto, ring, tree, halving_doubling, hierarchical, recursive_doubling)",
+           "GS_ALGO='%s' is unknown (auto, ring, tree, halving_doubling, hierarchical, "
+           "recursive_doubling)",
            setting.c_str());
   out.push_back(a);
   return out;

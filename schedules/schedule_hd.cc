@@ -132,11 +132,8 @@ void appendSteps(
 
 }  // namespace
 
-void appendHalvingDoubling(Schedule& s,
-                           const Group& g,
-                           BufferRange range,
-                           BufferId source,
-                           bool recursiveDoubling) {
+void appendHalvingDoubling(
+    Schedule& s, const Group& g, BufferRange range, BufferId source, bool recursiveDoubling) {
   const size_t first = s.steps.size();
   appendSteps(s, g, range, source, recursiveDoubling);
   // No step forwards another here, and a pair meets again in later rounds over other blocks.
