@@ -5,6 +5,7 @@
 #   ring, N ranks, S bytes:   2 (N-1) (alpha + r S/N beta)   (r: codec ratio; messages of S/N)
 #   halving-doubling busbw:   the link's 0.125 GB/s within 1 % (it moves 2 (N-1)/N S per rank)
 #   tree:                     slower than the ring at 4 MiB (a whole message per level)
+#   recursive doubling:       log2(N) (alpha + S beta)   (whole buffers, one round after another)
 set -euo pipefail
 sim=${GS_SIM:?set GS_SIM to gradstream-sim}
 fail=0
@@ -30,6 +31,10 @@ for n in 2 4 8; do
   done
   read -r _ busbw < <(row $n 1 halving_doubling)
   check "halving_doubling N=$n: busbw (GB/s)" "$busbw" 0.125 0.01
+  read -r us _ < <(row $n 1 recursive_doubling)
+  want=$(awk -v n=$n -v s=$bytes -v a=$alpha_us -v g=$gbps \
+    'BEGIN { print log(n) / log(2) * (a + s * 8 / (g * 1000)) }')
+  check "recursive_doubling N=$n: time (us)" "$us" "$want" 0.001
   read -r tree_us _ < <(row $n 1 tree)
   read -r ring_us _ < <(row $n 1 ring)
   if awk -v t="$tree_us" -v r="$ring_us" 'BEGIN { exit !(t > r) }'; then
