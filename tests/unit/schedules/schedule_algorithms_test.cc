@@ -64,6 +64,12 @@ TEST(AllReduceAlgorithms, LargerN) {
       if (n == 1000 && count == 1)
         continue;
       for (Algorithm algo : kFlat) {
+        // Recursive doubling moves every contribution to every rank log2 N times: at 1000 ranks
+        // its check would cost more than all the others together (minutes under the
+        // sanitizers); its shape there is checked in
+        // RecursiveDoublingSendsTheWholeBufferInLog2Rounds.
+        if (algo == Algorithm::kRecursiveDoubling && n > 256)
+          continue;
         EXPECT_EQ(checkAllReduceSchedules(algo, Topology::blocks(n, 1), count), "")
             << algorithmName(algo) << " N=" << n;
       }
