@@ -114,6 +114,8 @@ Communicator::~Communicator() {
 
 void Communicator::checkUsable() const {
   GS_CHECK(!aborted_.load(), Errc::kAborted, "communicator (rank %d) was aborted", rank_);
+  if (!failed_.load(std::memory_order_acquire))
+    return;
   std::lock_guard<std::mutex> lock(stateMutex_);
   if (failure_) {
     throw Error(failure_->code(), std::string("communicator failed earlier: ") + failure_->what());
@@ -146,7 +148,6 @@ void Communicator::execute(const stream::CollectiveArgs& args, bool record) {
       }
     }
     metrics_->beginCollective();
-    const auto start = Clock::now();
     engine_->run(withCodec);
     if (engine_->lastStats().adaptive) {
       std::vector<stream::Link*> byPeer(links_.size(), nullptr);
@@ -155,7 +156,7 @@ void Communicator::execute(const stream::CollectiveArgs& args, bool record) {
       controller_->end(*engine_, *metrics_, byPeer, AdaptiveController::Clock::now());
     }
     if (record)
-      recordCollective(args, std::chrono::duration<double>(Clock::now() - start).count());
+      recordCollective(args, static_cast<double>(engine_->lastStats().elapsedNs) * 1e-9);
   } catch (const Error& e) {
     fail(e);
     throw;
@@ -168,6 +169,7 @@ void Communicator::fail(const Error& e) {
     if (failure_)
       return;  // already counted (a staged call's piece failed in execute)
     failure_ = e;
+    failed_.store(true, std::memory_order_release);
   }
   metrics_->recordError(e.code());
 }
@@ -377,22 +379,18 @@ void Communicator::recordCollective(const stream::CollectiveArgs& args, double s
                              algbw * factor);
   metrics_->setBufferRegistrations(engine_->bufferRegistrations(),
                                    engine_->bufferRegisteredBytes());
-  std::lock_guard<std::mutex> lock(stateMutex_);
-  lastSeconds_ = seconds;
-  lastAlgbw_ = algbw;
-  lastBusbw_ = algbw * factor;
-  lastAlgorithmName_ = engine_->lastAlgorithm();
+  last_.store({seconds, algbw, algbw * factor, engine_->lastAlgorithm()});
 }
 
 Communicator::Stats Communicator::stats() const {
   Stats out;
   out.snapshot = metrics_->snapshot();
   out.metricsAddress = metrics_->exporterAddress();
-  std::lock_guard<std::mutex> lock(stateMutex_);
-  out.lastSeconds = lastSeconds_;
-  out.lastAlgbw = lastAlgbw_;
-  out.lastBusbw = lastBusbw_;
-  out.lastAlgorithm = lastAlgorithmName_;
+  const LastCollective::Value last = last_.load();
+  out.lastSeconds = last.seconds;
+  out.lastAlgbw = last.algbw;
+  out.lastBusbw = last.busbw;
+  out.lastAlgorithm = last.algorithm != nullptr ? last.algorithm : "";
   return out;
 }
 

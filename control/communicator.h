@@ -20,6 +20,7 @@
 #include "common/error.h"
 #include "control/adaptive_controller.h"
 #include "control/device_staging.h"
+#include "control/last_collective.h"
 #include "control/link_transports.h"
 #include "control/peer_links.h"
 #include "control/unique_id.h"
@@ -305,9 +306,9 @@ class Communicator {
   bool stagingLogged_ = false;                          // the path's info line went out
   std::mutex execMutex_;  // one collective at a time; guards the links and engine
   mutable std::mutex stateMutex_;
-  std::optional<Error> failure_;
-  double lastSeconds_ = 0, lastAlgbw_ = 0, lastBusbw_ = 0;  // guarded by stateMutex_
-  std::string lastAlgorithmName_;                           // guarded by stateMutex_
+  std::optional<Error> failure_;     // guarded by stateMutex_
+  std::atomic<bool> failed_{false};  // failure_ is set: checkUsable locks only then
+  LastCollective last_;
 
   std::mutex queueMutex_;
   std::condition_variable queueCv_;

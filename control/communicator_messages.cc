@@ -76,13 +76,12 @@ void Communicator::runMessages(const std::shared_ptr<Request>& first, const Requ
     base.adaptive = controller_ != nullptr;
     try {
       metrics_->beginCollective();
-      const auto start = Clock::now();
       engine_->runPointToPoint(base, {opOf(first->args())}, feed);
       stream::CollectiveArgs summary;
       summary.kind = stream::CollectiveKind::kPointToPoint;
       summary.dtype = DataType::kUInt8;
       summary.count = bytes;
-      recordCollective(summary, std::chrono::duration<double>(Clock::now() - start).count());
+      recordCollective(summary, static_cast<double>(engine_->lastStats().elapsedNs) * 1e-9);
     } catch (const Error& e) {
       fail(e);
       throw;

@@ -83,7 +83,8 @@ struct CollectiveStats {
   uint64_t bytesSent = 0;     // payload + headers
   uint64_t bytesLogical = 0;  // the same chunks' elements before encoding
   uint64_t chunksReceived = 0;
-  bool adaptive = false;  // ran with per-link codecs (CollectiveArgs::adaptive, not latency-bound)
+  bool adaptive = false;   // ran with per-link codecs (CollectiveArgs::adaptive, not latency-bound)
+  uint64_t elapsedNs = 0;  // the whole run, local copies included (the caller's call time)
 };
 
 /// Runs collectives as schedules over the links of one communicator: cuts steps into chunks,

@@ -144,8 +144,10 @@ void Engine::runPointToPoint(const CollectiveArgs& base,
   Run run(*this, base, pointToPointRuns_++, messages.plan, messages.links);
   run.messages = &messages;
   const uint64_t startNs = nowNs();
-  run.execute();
-  Run::finishLinks(messages.links, startNs, nowNs());
+  run.execute(startNs);
+  const uint64_t endNs = nowNs();
+  stats_.elapsedNs = endNs - startNs;
+  Run::finishLinks(messages.links, startNs, endNs);
 }
 
 }  // namespace gs::stream

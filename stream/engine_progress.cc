@@ -122,8 +122,12 @@ bool Engine::Run::done() const {
   return true;
 }
 
-void Engine::Run::execute() {
-  auto lastProgress = Clock::now();
+void Engine::Run::execute(uint64_t startNs) {
+  auto lastProgress = Clock::time_point(std::chrono::nanoseconds(startNs));
+  // The clock is read in idle rounds only: a round that made progress restarts the no-progress
+  // timer, which the next idle round's reading dates (one round late at most, well under the
+  // spin time). Small calls finish in a few progressing rounds and read it not at all.
+  bool progressUndated = false;
   const auto timeout = std::chrono::milliseconds(engine.config_.timeoutMs);
   int idle = 0;
   // Point-to-point runs count as small: their messages are what a waiting rank answers.
@@ -157,12 +161,16 @@ void Engine::Run::execute() {
     }
     if (engine.abortFlag_.load(std::memory_order_relaxed))
       fail(Errc::kAborted, engine.rank_, "communicator aborted");
-    const auto now = Clock::now();
     if (progress) {
-      lastProgress = now;
+      progressUndated = true;
       idle = 0;
       check.asked = false;
       continue;
+    }
+    const auto now = Clock::now();
+    if (progressUndated) {
+      lastProgress = now;
+      progressUndated = false;
     }
     if (now - lastProgress > timeout)
       onNoProgress(now);

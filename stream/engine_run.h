@@ -125,7 +125,7 @@ struct Engine::Run {
   void onCompletion(size_t li, const Completion& c);
   void onRemoteWrite(size_t li, const Completion& c);
   bool done() const;
-  void execute();
+  void execute(uint64_t startNs);  // startNs: nowNs() when the call began
 
   // Send path (engine_send.cc): headers, encoding (error feedback, sampled error), posting.
   void fillHeader(format::ChunkHeader* h,

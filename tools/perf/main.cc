@@ -281,7 +281,7 @@ struct Bench {
         auto t1 = std::chrono::steady_clock::now();
         times.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
         if (timeline != nullptr) {
-          fprintf(timeline.get(), "%zu %.6f %.1f\n", sizeBytes,
+          fprintf(timeline.get(), "%zu %.6f %.3f\n", sizeBytes,
                   std::chrono::duration<double>(t1.time_since_epoch()).count(), times.back());
         }
       }

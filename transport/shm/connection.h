@@ -97,6 +97,7 @@ class Connection final : public transport::Connection {
   bool peerReadsUs_;  // its hello's readsPeerMemory (known once peerReady_)
   int pidfd_ = -1;
   Clock::time_point nextLivenessCheck_{};
+  uint32_t pollsSinceClock_ = 0;  // polls since the clock was last read (checkPeerAlive)
 
   Ring<Completion> completions_;
   Ring<PendingRecv> recvs_;
