@@ -138,6 +138,12 @@ const std::vector<Entry>& table() {
        [](Config& c, const std::string& v) {
          c.shmSingleCopy = parseInt("GS_SHM_SINGLE_COPY", v, 0, 1) != 0;
        }},
+      {{"GS_SHM_SMALL_BYTES", "16384",
+        "over shm, 2-rank allreduces of at most this many bytes (no codec) swap whole buffers "
+        "through a mailbox instead of chunks (0..16384; 0: off)"},
+       [](Config& c, const std::string& v) {
+         c.shmSmallBytes = parseInt("GS_SHM_SMALL_BYTES", v, 0, 16384);
+       }},
       {{"GS_STAGING_BYTES", "32M",
         "CUDA device buffers: each of the two pinned host staging slots (64K..1G; K/M/G)"},
        [](Config& c, const std::string& v) {

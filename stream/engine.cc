@@ -190,6 +190,10 @@ void Engine::run(const CollectiveArgs& args) {
   const uint64_t startNs = nowNs();
   const uint32_t id = collectiveId_++;
   stats_ = {};
+  if (Link* link = smallExchangeLink(args)) {
+    runSmall(args, *link, id, startNs);
+    return;
+  }
   Prepared& p = prepare(args);
   // A device that pins registered pages (verbs) must not keep registrations of the caller's
   // buffers beyond this call: freed and reallocated memory at the same address would be other

@@ -219,6 +219,11 @@ class Engine {
   std::vector<uint32_t> messagesSent_, messagesReceived_;
   uint32_t pointToPointRuns_ = 0;
   Prepared& prepare(const CollectiveArgs& args);
+  // The small-allreduce path (engine_small.cc): the link it would run on, or null where the
+  // call or the link does not qualify.
+  Link* smallExchangeLink(const CollectiveArgs& args) const;
+  void runSmall(const CollectiveArgs& args, Link& link, uint32_t id, uint64_t startNs);
+  FailureNotice smallExchangePeerNotice(Link& link, uint32_t bytes);
   void registerOnLinkDevices(Prepared& p);
   void connectMissingPeers(const Plan& plan, CollectiveKind kind);
   void addDevice(transport::Device& device);

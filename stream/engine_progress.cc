@@ -165,8 +165,10 @@ void Engine::Run::execute(uint64_t startNs) {
       progressUndated = true;
       idle = 0;
       check.asked = false;
+      peerInSmallRounds = 0;
       continue;
     }
+    checkPeerNotInSmallExchange();
     const auto now = Clock::now();
     if (progressUndated) {
       lastProgress = now;

@@ -126,6 +126,11 @@ struct Engine::Run {
   void onRemoteWrite(size_t li, const Completion& c);
   bool done() const;
   void execute(uint64_t startNs);  // startNs: nowNs() when the call began
+  // An idle round's check that no peer has gone into a small exchange (engine_small.cc) while
+  // this rank waits in a chunked call: their calls differ. Twice in a row, since the peer's
+  // last chunks of the previous call may still be unpolled the first time.
+  void checkPeerNotInSmallExchange();
+  int peerInSmallRounds = 0;
 
   // Send path (engine_send.cc): headers, encoding (error feedback, sampled error), posting.
   void fillHeader(format::ChunkHeader* h,

@@ -124,6 +124,9 @@ class Link {
   uint64_t readsAcknowledged = 0;
   void applyReadAck(uint32_t payload) { advance(peerReadsDone, payload, kReadAckMask); }
 
+  /// The latest small exchange posted on this link (transport::Connection::postSmall).
+  uint64_t smallSequence = 0;
+
   bool byeReceived = false;
   bool abortReceived = false;  // the peer sent an abort message (Engine::notifyPeers waits for it)
   /// Completions that arrived on the connection while it was being set up (a peer that is

@@ -30,6 +30,19 @@ struct LinkInfo {
   uint64_t cnpReceived = 0;  // verbs: congestion notification packets handled
 };
 
+/// What pollSmall() found in the peer's mailbox for the exchange asked about.
+enum class SmallPoll {
+  kPending,     // not there yet
+  kArrived,     // *out describes it (its tag and length are the peer's: compare them)
+  kPeerFailed,  // the peer said it failed (postSmallFailure): it will not send
+  kFailed,      // the connection failed (errorMessage() says why)
+};
+struct SmallArrival {
+  uint64_t tag = 0;
+  uint32_t bytes = 0;             // at most smallExchangeBytes()
+  const uint8_t* data = nullptr;  // in the mailbox, valid until the exchange two after this one
+};
+
 class Connection {
  public:
   static constexpr size_t kMaxSegments = 4;
@@ -75,6 +88,29 @@ class Connection {
     *why = "this transport cannot read a peer's memory";
     return false;
   }
+
+  /// Small exchanges outside the chunk protocol (shm: two mailboxes per direction in the shared
+  /// segment): a latency path for calls of at most smallExchangeBytes() (0: none, the default)
+  /// in which both ends post exchange s once, in the same order (s = 1, 2, ...), and each reads
+  /// the other's. An end posts s + 2 only after it read the peer's s + 1, which the peer posts
+  /// after reading our s, so two mailboxes never hold a payload still being read.
+  virtual size_t smallExchangeBytes() const { return 0; }
+  virtual void postSmall(uint64_t sequence, uint64_t tag, const void* data, uint32_t bytes) {
+    (void)sequence;
+    (void)tag;
+    (void)data;
+    (void)bytes;
+  }
+  virtual SmallPoll pollSmall(uint64_t sequence, SmallArrival* out) {
+    (void)sequence;
+    (void)out;
+    return SmallPoll::kFailed;
+  }
+  /// The latest exchange the peer posted (0: none): ahead of ours, it runs a small exchange
+  /// while we run something else.
+  virtual uint64_t peerSmallSequence() const { return 0; }
+  /// Tells a peer waiting in (or about to enter) an exchange that this end failed.
+  virtual void postSmallFailure() {}
 
   /// Fills *out with the transport's view of the link; false when it has none (the default).
   /// Not on the data path: may make system calls.

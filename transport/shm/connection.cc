@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/error.h"
@@ -338,6 +339,51 @@ void Connection::checkPeerAlive() {
     fail(formatString("peer rank %d (pid %d) exited: connection reset", peer_, peerPid_));
 }
 
+void Connection::postSmall(uint64_t sequence, uint64_t tag, const void* data, uint32_t bytes) {
+  SmallBox& box = outgoing().small[sequence % 2];
+  std::memcpy(box.data, data, std::min<size_t>(bytes, kSmallBytes));
+  box.tag = tag;
+  box.bytes = bytes;
+  storeRelease(box.sequence, sequence);
+  ring(*peerControl_);  // a peer asleep on its doorbell (ranks outnumbering cores)
+}
+
+SmallPoll Connection::pollSmall(uint64_t sequence, SmallArrival* out) {
+  // A peer that failed after posting its part failed this exchange too (as in the chunk
+  // protocol, where its abort notice follows its chunks): the flag is looked at first.
+  if (!failed_ && loadAcquire(incoming().smallFailed) != 0)
+    return SmallPoll::kPeerFailed;
+  SmallBox& box = incoming().small[sequence % 2];
+  if (!failed_ && loadAcquire(box.sequence) == sequence) {
+    // Copied once and checked: the peer may scribble on the box, never make us read past it.
+    const uint32_t bytes = std::atomic_ref<uint32_t>(box.bytes).load(std::memory_order_relaxed);
+    if (bytes > kSmallBytes) {
+      reject(RejectReason::kBadWrite, bytes, 0,
+             formatString("peer rank %d posted a small exchange of %u bytes (at most %zu)", peer_,
+                          bytes, kSmallBytes));
+      return SmallPoll::kFailed;
+    }
+    smallTaken_ = sequence;
+    out->tag = std::atomic_ref<uint64_t>(box.tag).load(std::memory_order_relaxed);
+    out->bytes = bytes;
+    out->data = box.data;
+    return SmallPoll::kArrived;
+  }
+  if (!failed_)
+    checkPeerAlive();
+  return failed_ ? SmallPoll::kFailed : SmallPoll::kPending;
+}
+
+uint64_t Connection::peerSmallSequence() const {
+  Half& in = incoming();
+  return std::max(loadAcquire(in.small[0].sequence), loadAcquire(in.small[1].sequence));
+}
+
+void Connection::postSmallFailure() {
+  storeRelease(outgoing().smallFailed, uint32_t{1});
+  ring(*peerControl_);
+}
+
 size_t Connection::poll(std::span<Completion> out) {
   size_t n = 0;
   while (n < out.size() && !completions_.empty()) {
@@ -370,6 +416,11 @@ bool Connection::hasNews() const {
   auto peek32 = [](uint32_t& word) {
     return std::atomic_ref<uint32_t>(word).load(std::memory_order_relaxed);
   };
+  // A small exchange not read yet: ours (the caller waits in pollSmall) or one the peer runs
+  // while we run something else (the engine's idle round tells).
+  if (peek(in.small[0].sequence) > smallTaken_ || peek(in.small[1].sequence) > smallTaken_ ||
+      peek32(in.smallFailed) != 0)
+    return true;
   return peek(in.noticeTail) != noticeHead_ ||
          (!recvs_.empty() && peek(in.messageTail) != messageHead_) || peek32(in.closed) != 0 ||
          peek32(peerControl_->closed) != 0 || (!peerReady_ && peek32(in.hello.state) != 0);

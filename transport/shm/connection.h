@@ -54,6 +54,12 @@ class Connection final : public transport::Connection {
   bool peerReadsOurMemory() const override { return peerReadsUs_ && !failed_; }
   bool readPeerMemory(uint64_t address, void* dst, size_t bytes, std::string* why) override;
 
+  size_t smallExchangeBytes() const override { return failed_ ? 0 : kSmallBytes; }
+  void postSmall(uint64_t sequence, uint64_t tag, const void* data, uint32_t bytes) override;
+  SmallPoll pollSmall(uint64_t sequence, SmallArrival* out) override;
+  uint64_t peerSmallSequence() const override;
+  void postSmallFailure() override;
+
   /// Whether poll() may have something to report (the device's wait checks this before it
   /// sleeps). Reads shared words only; never fails the connection.
   bool hasNews() const;
@@ -98,6 +104,7 @@ class Connection final : public transport::Connection {
   int pidfd_ = -1;
   Clock::time_point nextLivenessCheck_{};
   uint32_t pollsSinceClock_ = 0;  // polls since the clock was last read (checkPeerAlive)
+  uint64_t smallTaken_ = 0;       // the latest small exchange read from the peer
 
   Ring<Completion> completions_;
   Ring<PendingRecv> recvs_;

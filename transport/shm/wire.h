@@ -14,7 +14,7 @@
 
 namespace gs::transport::shm {
 
-inline constexpr uint16_t kWireVersion = 2;
+inline constexpr uint16_t kWireVersion = 3;
 
 /// What Device::address() publishes. Native byte order: it never leaves the host.
 struct AddressBlob {
@@ -75,6 +75,17 @@ struct Message {
   uint8_t data[kMessageBytes];
 };
 
+/// A mailbox of the small-exchange path (transport::Connection::postSmall): its sender writes
+/// the payload, tag and length, then stores `sequence` (release); the receiver acquires
+/// `sequence`, then reads and validates the rest. Two per direction, used alternately.
+inline constexpr size_t kSmallBytes = 16384;
+struct SmallBox {
+  alignas(64) uint64_t sequence;  // the exchange this box holds; 0: none yet
+  uint64_t tag;                   // the sender's call (kind, dtype, op, count): must match ours
+  uint32_t bytes;
+  alignas(64) uint8_t data[kSmallBytes];
+};
+
 /// Who a connection's side is: written once by its owner, then `state` set to 1 (release).
 struct Hello {
   uint32_t state;  // 0 nothing yet, 1 valid
@@ -96,6 +107,8 @@ struct Half {
   alignas(64) uint64_t messageHead;
   alignas(64) Notice notices[kNotices];
   Message messages[kMessages];
+  alignas(64) uint32_t smallFailed;  // 1: the sender failed (postSmallFailure); sticky
+  SmallBox small[2];                 // exchange s in small[s % 2]
 };
 
 /// A connection's segment ("<dialer prefix>-c<acceptor rank>", created by the dialer, the

@@ -242,6 +242,48 @@ TEST(ShmTransport, OnlyAllocatedRegionsAreWritableAndSendsAreBounded) {
   }
 }
 
+// The small-exchange mailboxes: exchanges alternate between two boxes per direction, a poll
+// before the peer posted finds nothing, a length past the box (a misbehaving peer) fails the
+// connection naming it instead of reading beyond, and a failure flag reaches a waiting peer.
+TEST(ShmTransport, SmallExchangesAlternateMailboxesAndRefuseOversizedOnes) {
+  {
+    auto ranks = connectRanks("shm", 2);
+    Connection& a = *ranks[0].peers[1];
+    Connection& b = *ranks[1].peers[0];
+    ASSERT_EQ(a.smallExchangeBytes(), shm::kSmallBytes);
+    SmallArrival got;
+    for (uint64_t s = 1; s <= 5; ++s) {
+      std::vector<uint8_t> fromA(100 + s, static_cast<uint8_t>(s)), fromB(100 + s, 0);
+      for (size_t i = 0; i < fromB.size(); ++i)
+        fromB[i] = static_cast<uint8_t>(i + 3 * s);
+      EXPECT_EQ(b.pollSmall(s, &got), SmallPoll::kPending) << "exchange " << s;
+      a.postSmall(s, 1000 + s, fromA.data(), static_cast<uint32_t>(fromA.size()));
+      EXPECT_EQ(b.peerSmallSequence(), s);
+      ASSERT_EQ(b.pollSmall(s, &got), SmallPoll::kArrived) << b.errorMessage();
+      EXPECT_EQ(got.tag, 1000 + s);
+      ASSERT_EQ(got.bytes, fromA.size());
+      EXPECT_EQ(std::vector<uint8_t>(got.data, got.data + got.bytes), fromA);
+      b.postSmall(s, 2000 + s, fromB.data(), static_cast<uint32_t>(fromB.size()));
+      ASSERT_EQ(a.pollSmall(s, &got), SmallPoll::kArrived) << a.errorMessage();
+      EXPECT_EQ(got.tag, 2000 + s);
+      EXPECT_EQ(std::vector<uint8_t>(got.data, got.data + got.bytes), fromB);
+    }
+    // A length past the mailbox: refused, never read.
+    std::vector<uint8_t> full(shm::kSmallBytes, 7);
+    a.postSmall(6, 1, full.data(), static_cast<uint32_t>(shm::kSmallBytes + 1));
+    EXPECT_EQ(b.pollSmall(6, &got), SmallPoll::kFailed);
+    EXPECT_NE(b.errorMessage().find("peer rank 0 posted a small exchange of 16385 bytes"),
+              std::string::npos)
+        << b.errorMessage();
+  }
+  {
+    auto ranks = connectRanks("shm", 2);
+    SmallArrival got;
+    ranks[0].peers[1]->postSmallFailure();
+    EXPECT_EQ(ranks[1].peers[0]->pollSmall(1, &got), SmallPoll::kPeerFailed);
+  }
+}
+
 // The single copy (GS_SHM_SINGLE_COPY): each end probes whether it can read its peer's memory
 // (process_vm_readv of the peer's token) and says so in its hello; a sender may leave chunks
 // in its memory only for a peer that can. Ranks here are threads of one process, so the read
