@@ -152,7 +152,8 @@ class Engine {
   void farewell(Deadline deadline) noexcept;
 
   const CollectiveStats& lastStats() const { return stats_; }
-  /// Schedule family of the last collective: an algorithmName(), "exchange" or "chain".
+  /// Schedule family of the last collective: an algorithmName(), "exchange", "chain", "p2p" or
+  /// "small_exchange" (the 2-rank mailbox path, engine_small.cc).
   const char* lastAlgorithm() const { return lastAlgorithm_; }
 
   /// Idle polling rounds before blocking in the transport. Spinning saves a wake-up per message
