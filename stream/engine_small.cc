@@ -1,8 +1,10 @@
-// The small-allreduce path: two ranks whose link offers a small-exchange mailbox (shm) swap
-// their whole buffers through it and each reduces both, lower rank's first, so the replicas
-// agree bit for bit. No plan, chunk header, credit or completion: one copy out, one poll loop,
-// one reduction. A 2-rank 8 B allreduce took 0.5-0.6 us through the chunk protocol, against
-// ~0.3 us for OpenMPI's shared memory; the protocol's bookkeeping was most of it.
+// The small-collective path: two ranks whose link offers small-exchange mailboxes (shm) swap
+// one block each through them: the whole buffer (allreduce, reduce), the peer's block
+// (reduce-scatter, all-to-all) or their own (allgather), and each finishes the call locally,
+// reducing the lower rank's value first so replicas agree bit for bit. No plan, chunk header,
+// credit or completion: one copy out, one poll loop, one reduction. A 2-rank 8 B allreduce
+// took 0.5-0.6 us through the chunk protocol, against ~0.3 us for OpenMPI's shared memory;
+// the protocol's bookkeeping was most of it.
 //
 // Both ranks take this path for the same calls: the choice depends only on what every rank
 // passes alike (collective, count, dtype, codec) and on the link. A pair whose calls differ
@@ -20,42 +22,73 @@
 namespace gs::stream {
 namespace {
 
-// What a rank passes to a small allreduce, packed: the peer's must be the same.
+// What a rank passes to a small collective, packed (the peer's must be the same): call number
+// (low 16 bits), collective, dtype, op, root, count (at most 16 KiB of bytes: 16 bits).
+constexpr int kIdShift = 48, kKindShift = 40, kDtypeShift = 32, kOpShift = 24, kRootShift = 16;
 uint64_t smallTag(const CollectiveArgs& args, uint32_t collectiveId) {
-  return (static_cast<uint64_t>(collectiveId & 0xffff) << 48) |
-         (static_cast<uint64_t>(args.kind) << 40) | (static_cast<uint64_t>(args.dtype) << 32) |
-         (static_cast<uint64_t>(args.op) << 24) | (args.count & 0xffffff);
+  const uint64_t root = args.kind == CollectiveKind::kReduce ? static_cast<uint64_t>(args.root) : 0;
+  return (static_cast<uint64_t>(collectiveId & 0xffff) << kIdShift) |
+         (static_cast<uint64_t>(args.kind) << kKindShift) |
+         (static_cast<uint64_t>(args.dtype) << kDtypeShift) |
+         (static_cast<uint64_t>(args.op) << kOpShift) | ((root & 0xff) << kRootShift) |
+         (args.count & 0xffff);
 }
 
 // Why the peer's tag differs from ours, in the chunk protocol's words (Run::validateHeader).
 std::string tagMismatch(uint64_t theirs, uint64_t ours, int peer, int me) {
   const auto field = [](uint64_t tag, int shift, uint64_t mask) { return (tag >> shift) & mask; };
-  if (field(theirs, 40, 0xff) != field(ours, 40, 0xff)) {
-    return formatString("collective differs between ranks: rank %d called %s, rank %d %s", peer,
-                        collectiveName(static_cast<CollectiveKind>(field(theirs, 40, 0xff))), me,
-                        collectiveName(static_cast<CollectiveKind>(field(ours, 40, 0xff))));
+  const auto differs = [&](int shift, uint64_t mask) {
+    return field(theirs, shift, mask) != field(ours, shift, mask);
+  };
+  if (differs(kKindShift, 0xff)) {
+    return formatString(
+        "collective differs between ranks: rank %d called %s, rank %d %s", peer,
+        collectiveName(static_cast<CollectiveKind>(field(theirs, kKindShift, 0xff))), me,
+        collectiveName(static_cast<CollectiveKind>(field(ours, kKindShift, 0xff))));
   }
-  if (field(theirs, 0, 0xffffff) != field(ours, 0, 0xffffff)) {
+  if (differs(0, 0xffff)) {
     return formatString("count differs between ranks: rank %d called with %llu, rank %d with %llu",
-                        peer, static_cast<unsigned long long>(field(theirs, 0, 0xffffff)), me,
-                        static_cast<unsigned long long>(field(ours, 0, 0xffffff)));
+                        peer, static_cast<unsigned long long>(field(theirs, 0, 0xffff)), me,
+                        static_cast<unsigned long long>(field(ours, 0, 0xffff)));
   }
-  if (field(theirs, 24, 0xff) != field(ours, 24, 0xff)) {
+  if (differs(kOpShift, 0xff)) {
     return formatString(
         "reduction op differs between ranks: rank %d called with %s, rank %d with %s", peer,
-        reduceOpName(static_cast<ReduceOp>(field(theirs, 24, 0xff))), me,
-        reduceOpName(static_cast<ReduceOp>(field(ours, 24, 0xff))));
+        reduceOpName(static_cast<ReduceOp>(field(theirs, kOpShift, 0xff))), me,
+        reduceOpName(static_cast<ReduceOp>(field(ours, kOpShift, 0xff))));
   }
-  if (field(theirs, 32, 0xff) != field(ours, 32, 0xff)) {
+  if (differs(kDtypeShift, 0xff)) {
     return formatString("dtype differs between ranks: rank %d called with %s, rank %d with %s",
-                        peer, dataTypeName(static_cast<DataType>(field(theirs, 32, 0xff))), me,
-                        dataTypeName(static_cast<DataType>(field(ours, 32, 0xff))));
+                        peer, dataTypeName(static_cast<DataType>(field(theirs, kDtypeShift, 0xff))),
+                        me, dataTypeName(static_cast<DataType>(field(ours, kDtypeShift, 0xff))));
+  }
+  if (differs(kRootShift, 0xff)) {
+    return formatString(
+        "root differs between ranks: rank %d called with root %llu, rank %d with %llu", peer,
+        static_cast<unsigned long long>(field(theirs, kRootShift, 0xff)), me,
+        static_cast<unsigned long long>(field(ours, kRootShift, 0xff)));
   }
   return formatString(
       "ranks are at different calls: rank %d sent collective #%llu, rank %d is at #%llu (a rank "
       "skipped or added a call)",
-      peer, static_cast<unsigned long long>(field(theirs, 48, 0xffff)), me,
-      static_cast<unsigned long long>(field(ours, 48, 0xffff)));
+      peer, static_cast<unsigned long long>(field(theirs, kIdShift, 0xffff)), me,
+      static_cast<unsigned long long>(field(ours, kIdShift, 0xffff)));
+}
+
+// The collectives whose two ranks each send one block and wait for the other's: a symmetric
+// exchange, which the mailboxes' reuse rule needs (broadcast's root would not wait).
+bool symmetricExchange(const CollectiveArgs& args) {
+  switch (args.kind) {
+    case CollectiveKind::kAllReduce:
+    case CollectiveKind::kReduce:
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllGather:
+      return true;
+    case CollectiveKind::kAllToAll:
+      return args.layout == nullptr;  // alltoallv's pairs carry counts of their own
+    default:
+      return false;
+  }
 }
 
 }  // namespace
@@ -89,14 +122,16 @@ FailureNotice Engine::smallExchangePeerNotice(Link& link, uint32_t bytes) {
   }
   return FailureNotice{
       Errc::kRemote, peer, rank_,
-      formatString("rank %d failed before its part of this %u-byte allreduce", peer, bytes)};
+      formatString("rank %d failed before its part of this %u-byte exchange", peer, bytes)};
 }
 
 Link* Engine::smallExchangeLink(const CollectiveArgs& args) const {
+  // count is what one rank sends its peer in each of these (a block; the whole buffer for
+  // allreduce and reduce).
   const size_t bytes = args.count * elementSize(args.dtype);
-  if (nranks_ != 2 || args.kind != CollectiveKind::kAllReduce || bytes == 0 ||
-      bytes > config_.shmSmallBytes || args.codec != nullptr || args.adaptive ||
-      args.residual != nullptr || args.count > 0xffffff) {
+  if (nranks_ != 2 || !symmetricExchange(args) || bytes == 0 ||
+      bytes > static_cast<uint64_t>(config_.shmSmallBytes) || args.codec != nullptr ||
+      args.adaptive || args.residual != nullptr || args.count > 0xffff) {
     return nullptr;
   }
   Link* link = links_[1 - rank_];
@@ -113,7 +148,15 @@ void Engine::runSmall(const CollectiveArgs& args, Link& link, uint32_t id, uint6
   const uint64_t sequence = ++link.smallSequence;
   const uint64_t tag = smallTag(args, id);
   transport::Connection& connection = link.connection();
-  connection.postSmall(sequence, tag, args.send, bytes);
+  // Blocks of a reduce-scatter's or all-to-all's send buffer, of an allgather's or all-to-all's
+  // receive buffer, by rank.
+  const auto* send = static_cast<const uint8_t*>(args.send);
+  auto* recv = static_cast<uint8_t*>(args.recv);
+  const bool blocksOut =
+      args.kind == CollectiveKind::kReduceScatter || args.kind == CollectiveKind::kAllToAll;
+  const uint8_t* mine = blocksOut ? send + static_cast<size_t>(rank_) * bytes : send;
+  connection.postSmall(sequence, tag, blocksOut ? send + static_cast<size_t>(peer) * bytes : send,
+                       bytes);
 
   // As Run::raise: the peers are told, and the error names the rank at fault.
   const auto raise = [&](const FailureNotice& notice) {
@@ -143,8 +186,9 @@ void Engine::runSmall(const CollectiveArgs& args, Link& link, uint32_t id, uint6
     const auto waited = Clock::now() - begin;
     if (waited > timeout) {
       failWith(Errc::kTimeout, peer,
-               formatString("rank %d sent nothing for this %u-byte allreduce within %lld ms", peer,
-                            bytes, static_cast<long long>(config_.timeoutMs)));
+               formatString("rank %d sent nothing for this %s (%u bytes) within %lld ms", peer,
+                            collectiveName(args.kind), bytes,
+                            static_cast<long long>(config_.timeoutMs)));
     }
     // The chunk protocol's waiting (Run::execute): spin, yield once past yieldAfter_ (ranks
     // outnumbering cores: at once), sleep on the doorbell once past the spin time.
@@ -156,16 +200,29 @@ void Engine::runSmall(const CollectiveArgs& args, Link& link, uint32_t id, uint6
   if (arrival.tag != tag || arrival.bytes != bytes) {
     failWith(Errc::kInvalidArgument, peer,
              arrival.bytes != bytes && arrival.tag == tag
-                 ? formatString("rank %d sent %u bytes to a %u-byte allreduce", peer, arrival.bytes,
-                                bytes)
+                 ? formatString("rank %d sent %u bytes to a %u-byte %s", peer, arrival.bytes, bytes,
+                                collectiveName(args.kind))
                  : tagMismatch(arrival.tag, tag, peer, rank_));
   }
-  // Lower rank's value first: both ranks compute op(v0, v1) element by element alike.
-  const void* mine = args.send;
-  const void* first = rank_ < peer ? mine : arrival.data;
-  const void* second = rank_ < peer ? arrival.data : mine;
-  codecs::reduceInto(args.dtype, args.op, args.recv, first, second, args.count);
-  codecs::finalizeAverage(args.dtype, args.op, args.recv, args.count, nranks_);
+  switch (args.kind) {
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kAllToAll: {
+      uint8_t* own = recv + static_cast<size_t>(rank_) * bytes;
+      if (own != mine)
+        std::memmove(own, mine, bytes);
+      std::memcpy(recv + static_cast<size_t>(peer) * bytes, arrival.data, bytes);
+      break;
+    }
+    default: {
+      if (args.kind == CollectiveKind::kReduce && args.root != rank_)
+        break;  // the root's result only
+      // Lower rank's value first: both ranks compute op(v0, v1) element by element alike.
+      const void* first = rank_ < peer ? mine : arrival.data;
+      const void* second = rank_ < peer ? arrival.data : mine;
+      codecs::reduceInto(args.dtype, args.op, recv, first, second, args.count);
+      codecs::finalizeAverage(args.dtype, args.op, recv, args.count, nranks_);
+    }
+  }
 
   const uint64_t endNs = nowNs();
   stats_.chunksSent = stats_.chunksReceived = 1;
@@ -197,8 +254,8 @@ void Engine::Run::checkPeerNotInSmallExchange() {
     if (++peerInSmallRounds < 2)
       return;
     fail(Errc::kInvalidArgument, link.peer(),
-         formatString("calls differ between ranks: rank %d is in a small allreduce (at most %lld "
-                      "bytes, GS_SHM_SMALL_BYTES), rank %d in %s of %zu elements",
+         formatString("calls differ between ranks: rank %d is in a small collective (at most "
+                      "%lld bytes, GS_SHM_SMALL_BYTES), rank %d in %s of %zu elements",
                       link.peer(), static_cast<long long>(engine.config_.shmSmallBytes),
                       engine.rank_, collectiveName(args.kind), args.count));
   }

@@ -1,7 +1,8 @@
-// The small-allreduce path (2 ranks over shm, at most GS_SHM_SMALL_BYTES: the buffers swapped
+// The small-collective path (2 ranks over shm, blocks of at most GS_SHM_SMALL_BYTES swapped
 // through the connection's mailboxes, stream/engine_small.cc): the same bits as the chunk
-// protocol for every dtype and op, and calls that differ between the ranks fail on both,
-// promptly, naming the peer. Ranks are threads over real shm connections.
+// protocol for allreduce, reduce, reduce-scatter, allgather and all-to-all, every dtype and op,
+// in and out of place, and calls that differ between the ranks fail on both, promptly, naming
+// the peer. Ranks are threads over real shm connections.
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -33,23 +34,105 @@ struct SmallBytesSetting {
   ~SmallBytesSetting() { unsetenv("GS_SHM_SMALL_BYTES"); }
 };
 
+enum class Kind { kAllReduce, kReduceRoot0, kReduceRoot1, kReduceScatter, kAllGather, kAllToAll };
+const char* kindName(Kind k) {
+  static const char* const names[] = {"allreduce",      "reduce(root 0)", "reduce(root 1)",
+                                      "reduce_scatter", "allgather",      "alltoall"};
+  return names[static_cast<int>(k)];
+}
+
 struct Case {
+  Kind kind;
   gs_dtype_t dtype;
   gs_redop_t op;
-  size_t count;
+  size_t count;  // what one rank sends the other: a block (the whole buffer for the reductions)
 };
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  for (gs_dtype_t t : {GS_FLOAT32, GS_FLOAT16, GS_BFLOAT16, GS_FLOAT64, GS_INT32, GS_UINT8}) {
-    const size_t e = dtypeSize(t);
-    for (gs_redop_t op : {GS_SUM, GS_AVG, GS_PROD, GS_MIN, GS_MAX}) {
-      // One element, odd counts, the largest call that fits (16 KiB) and one element more.
-      for (size_t count : {size_t{1}, size_t{3}, 1001 / e, 16384 / e, 16384 / e + 1})
-        out.push_back({t, op, count});
+  for (Kind k : {Kind::kAllReduce, Kind::kReduceRoot0, Kind::kReduceRoot1, Kind::kReduceScatter,
+                 Kind::kAllGather, Kind::kAllToAll}) {
+    const bool reduces = k != Kind::kAllGather && k != Kind::kAllToAll;
+    for (gs_dtype_t t : {GS_FLOAT32, GS_FLOAT16, GS_BFLOAT16, GS_FLOAT64, GS_INT32, GS_UINT8}) {
+      const size_t e = dtypeSize(t);
+      for (gs_redop_t op : {GS_SUM, GS_AVG, GS_PROD, GS_MIN, GS_MAX}) {
+        if (!reduces && op != GS_SUM)
+          continue;
+        // One element, odd counts, the largest block that fits (16 KiB) and one element more.
+        for (size_t count : {size_t{1}, size_t{3}, 1001 / e, 16384 / e, 16384 / e + 1})
+          out.push_back({k, t, op, count});
+      }
     }
   }
   return out;
+}
+
+// Random bits, but finite floats of moderate size (products of two stay finite).
+std::vector<uint8_t> input(const Case& c, size_t count, std::mt19937& rng) {
+  const size_t bytes = count * dtypeSize(c.dtype);
+  std::vector<uint8_t> v(bytes);
+  for (size_t i = 0; i < bytes; ++i)
+    v[i] = static_cast<uint8_t>(rng());
+  if (c.dtype == GS_FLOAT32 || c.dtype == GS_FLOAT64 || c.dtype == GS_FLOAT16 ||
+      c.dtype == GS_BFLOAT16) {
+    for (size_t i = 0; i < count; ++i)
+      support::storeElement(v.data(), c.dtype, i,
+                            static_cast<double>(static_cast<int>(rng() % 2001) - 1000) / 7.0);
+  }
+  return v;
+}
+
+// Runs one case on `rank`, in place or not; the bytes its result consists of (nothing for a
+// reduce's non-root, whose receive buffer the call leaves alone).
+gs_status_t runCase(const Case& c,
+                    int rank,
+                    gs_comm_t comm,
+                    bool inPlace,
+                    std::mt19937& rng,
+                    std::vector<uint8_t>* result) {
+  const size_t block = c.count * dtypeSize(c.dtype);
+  const size_t own = static_cast<size_t>(rank) * block;
+  switch (c.kind) {
+    case Kind::kAllReduce:
+    case Kind::kReduceRoot0:
+    case Kind::kReduceRoot1: {
+      std::vector<uint8_t> send = input(c, c.count, rng), recv(block, 0xee);
+      void* dst = inPlace ? send.data() : recv.data();
+      const int root = c.kind == Kind::kReduceRoot1 ? 1 : 0;
+      const gs_status_t s =
+          c.kind == Kind::kAllReduce
+              ? gs_allreduce(send.data(), dst, c.count, c.dtype, c.op, comm, nullptr)
+              : gs_reduce(send.data(), dst, c.count, c.dtype, c.op, root, comm, nullptr);
+      if (c.kind == Kind::kAllReduce || rank == root)
+        result->assign(static_cast<uint8_t*>(dst), static_cast<uint8_t*>(dst) + block);
+      return s;
+    }
+    case Kind::kReduceScatter: {
+      std::vector<uint8_t> send = input(c, 2 * c.count, rng), recv(block, 0xee);
+      uint8_t* dst = inPlace ? send.data() + own : recv.data();
+      const gs_status_t s =
+          gs_reduce_scatter(send.data(), dst, c.count, c.dtype, c.op, comm, nullptr);
+      result->assign(dst, dst + block);
+      return s;
+    }
+    case Kind::kAllGather: {
+      std::vector<uint8_t> mine = input(c, c.count, rng), recv(2 * block, 0xee);
+      if (inPlace)
+        std::memcpy(recv.data() + own, mine.data(), block);
+      const gs_status_t s = gs_allgather(inPlace ? recv.data() + own : mine.data(), recv.data(),
+                                         c.count, c.dtype, comm, nullptr);
+      *result = recv;
+      return s;
+    }
+    case Kind::kAllToAll: {
+      std::vector<uint8_t> send = input(c, 2 * c.count, rng), recv(2 * block, 0xee);
+      uint8_t* dst = inPlace ? send.data() : recv.data();
+      const gs_status_t s = gs_alltoall(send.data(), dst, c.count, c.dtype, comm, nullptr);
+      result->assign(dst, dst + 2 * block);
+      return s;
+    }
+  }
+  return GS_ERR_INTERNAL;
 }
 
 // Every case, on both ranks, in place for odd case numbers: rank r's results, concatenated,
@@ -69,25 +152,12 @@ Outcome runCases(const char* smallBytes) {
     std::mt19937 rng(1234 + rank);
     size_t index = 0;
     for (const Case& c : cases()) {
-      const size_t bytes = c.count * dtypeSize(c.dtype);
-      std::vector<uint8_t> send(bytes), recv(bytes, 0xee);
-      // Random bits, but finite floats of moderate size: products of two stay finite.
-      for (size_t i = 0; i < bytes; ++i)
-        send[i] = static_cast<uint8_t>(rng());
-      if (c.dtype == GS_FLOAT32 || c.dtype == GS_FLOAT64 || c.dtype == GS_FLOAT16 ||
-          c.dtype == GS_BFLOAT16) {
-        for (size_t i = 0; i < c.count; ++i)
-          support::storeElement(send.data(), c.dtype, i,
-                                static_cast<double>(static_cast<int>(rng() % 2001) - 1000) / 7.0);
-      }
-      const bool inPlace = index++ % 2 == 1;
-      void* dst = inPlace ? send.data() : recv.data();
-      if (gs_allreduce(send.data(), dst, c.count, c.dtype, c.op, comm, nullptr) != GS_OK) {
-        f.add(std::string("allreduce: ") + gs_last_error());
+      std::vector<uint8_t> result;
+      if (runCase(c, rank, comm, index++ % 2 == 1, rng, &result) != GS_OK) {
+        f.add(std::string(kindName(c.kind)) + ": " + gs_last_error());
         return;
       }
-      const auto* result = static_cast<const uint8_t*>(dst);
-      out.bytes[rank].insert(out.bytes[rank].end(), result, result + bytes);
+      out.bytes[rank].insert(out.bytes[rank].end(), result.begin(), result.end());
       out.algorithms[rank].push_back(lastAlgorithm(comm));
     }
   });
@@ -95,7 +165,7 @@ Outcome runCases(const char* smallBytes) {
   return out;
 }
 
-TEST(SmallExchange, GivesTheChunkProtocolsBitsForEveryDtypeOpAndSize) {
+TEST(SmallExchange, GivesTheChunkProtocolsBitsForEveryCollectiveDtypeOpAndSize) {
   const Outcome small = runCases("16384");
   const Outcome chunked = runCases("0");
   const std::vector<Case> all = cases();
@@ -104,14 +174,15 @@ TEST(SmallExchange, GivesTheChunkProtocolsBitsForEveryDtypeOpAndSize) {
   for (size_t k = 0; k < all.size(); ++k) {
     const bool fits = all[k].count * dtypeSize(all[k].dtype) <= 16384;
     for (int r = 0; r < 2; ++r) {
-      EXPECT_EQ(small.algorithms[r][k] == "small_exchange", fits) << "case " << k << " rank " << r;
+      EXPECT_EQ(small.algorithms[r][k] == "small_exchange", fits)
+          << kindName(all[k].kind) << ", case " << k << " rank " << r;
       EXPECT_NE(chunked.algorithms[r][k], "small_exchange") << "case " << k << " rank " << r;
     }
   }
-  // Replicas agree, and the mailbox path gives exactly what the chunks give.
-  EXPECT_EQ(small.bytes[0], small.bytes[1]);
-  EXPECT_EQ(chunked.bytes[0], chunked.bytes[1]);
+  // The mailbox path gives exactly what the chunks give, on both ranks (which agree where they
+  // hold the same result: the replicated collectives; checked by the reference test suites).
   EXPECT_EQ(small.bytes[0], chunked.bytes[0]);
+  EXPECT_EQ(small.bytes[1], chunked.bytes[1]);
 }
 
 // Both ranks run body(rank, comm); each call's status and message, and how long it all took.
@@ -180,6 +251,22 @@ TEST(SmallExchange, CallsThatDifferFailOnBothRanksPromptly) {
   });
   expectBothFailNamingThePeer(kinds, "allreduce and broadcast");
   EXPECT_LT(kinds.seconds, 4.0);
+
+  // Two small collectives of different kinds, and reduces to different roots.
+  const Mismatch gather = runMismatch(20000, [](int rank, gs_comm_t comm) {
+    float v[2] = {1, 2}, out[4];
+    return rank == 0 ? gs_allreduce(v, out, 2, GS_FLOAT32, GS_SUM, comm, nullptr)
+                     : gs_allgather(v, out, 2, GS_FLOAT32, comm, nullptr);
+  });
+  expectBothFailNamingThePeer(gather, "allreduce and allgather");
+  EXPECT_NE(gather.message[0].find("collective differs"), std::string::npos) << gather.message[0];
+  const Mismatch roots = runMismatch(20000, [](int rank, gs_comm_t comm) {
+    float v[2] = {1, 2}, out[2];
+    return gs_reduce(v, out, 2, GS_FLOAT32, GS_SUM, rank, comm, nullptr);
+  });
+  expectBothFailNamingThePeer(roots, "roots 0 and 1");
+  EXPECT_NE(roots.message[0].find("root differs"), std::string::npos) << roots.message[0];
+  EXPECT_LT(gather.seconds + roots.seconds, 4.0);
 }
 
 TEST(SmallExchange, APeerThatNeverCallsTimesOutNamingItAndLearnsOfIt) {
