@@ -139,8 +139,10 @@ const std::vector<Entry>& table() {
          c.shmSingleCopy = parseInt("GS_SHM_SINGLE_COPY", v, 0, 1) != 0;
        }},
       {{"GS_SHM_SMALL_BYTES", "16384",
-        "over shm, 2-rank allreduces of at most this many bytes (no codec) swap whole buffers "
-        "through a mailbox instead of chunks (0..16384; 0: off)"},
+        "over shm, 2-rank allreduce, reduce, reduce-scatter, allgather and all-to-all with blocks "
+        "of "
+        "at most this many bytes (no codec) swap them through mailboxes instead of chunks "
+        "(0..16384; 0: off)"},
        [](Config& c, const std::string& v) {
          c.shmSmallBytes = parseInt("GS_SHM_SMALL_BYTES", v, 0, 16384);
        }},

@@ -48,8 +48,9 @@ struct Config {
   // shm: large raw chunks are read straight out of the sender's memory (process_vm_readv) where
   // the kernel allows it, one copy instead of two (GS_SHM_SINGLE_COPY; environment only)
   bool shmSingleCopy = true;
-  // shm, 2 ranks: allreduces of at most this many bytes (raw) swap whole buffers through a
-  // mailbox in the connection's segment instead of the chunk protocol (GS_SHM_SMALL_BYTES,
+  // shm, 2 ranks: allreduce, reduce, reduce-scatter, allgather and all-to-all whose block is at
+  // most this many bytes (raw) swap the blocks through mailboxes in the connection's segment
+  // instead of the chunk protocol (GS_SHM_SMALL_BYTES,
   // 0..16384, 0: off; environment only)
   int64_t shmSmallBytes = 16384;
   // CUDA device buffers: each of the two pinned host slots a collective is staged through

@@ -223,7 +223,7 @@ typedef struct {
   double last_busbw;
   char metrics_address[64];    /**< "host:port" of the Prometheus exporter, "" when off */
   char last_algorithm[32];     /**< schedule of the last collective: "ring", "tree", ...;
-                                    "small_exchange": a 2-rank allreduce through shm mailboxes */
+                                    "small_exchange": a 2-rank call through shm mailboxes */
   char transport[32];          /**< what carries this rank's links: "tcp", "verbs", "loopback",
                                     "shm" (all same-host peers), "shm+tcp" / "shm+verbs" (both) */
   char device_path[32];        /**< how CUDA device buffers travel: "pinned_host_staging" once a
