@@ -52,6 +52,7 @@ PeerInfo ownRecord(const Config& config,
   mine.chunkBytes = config.chunkBytes;
   mine.slots = config.slotsPerPeer;
   mine.codec = config.codec;
+  mine.shmSmallBytes = config.shmSmallBytes;
   mine.address = device.address();
   if (shmDevice)
     mine.shmAddress = shmDevice->address();

@@ -7,8 +7,8 @@ namespace gs::control {
 
 namespace {
 constexpr uint32_t kPeerInfoMagic = 0x49505347;  // "GSPI"
-// 2: shmAddress after address.
-constexpr uint16_t kPeerInfoVersion = 2;
+// 2: shmAddress after address. 3: shmSmallBytes after codec.
+constexpr uint16_t kPeerInfoVersion = 3;
 constexpr size_t kMaxAddressBytes = 4096;
 }  // namespace
 
@@ -22,6 +22,7 @@ std::vector<uint8_t> PeerInfo::serialize() const {
   w.put(chunkBytes);
   w.put(slots);
   w.putString(codec);
+  w.put(shmSmallBytes);
   w.putBytes(address);
   w.putBytes(shmAddress);
   w.put(static_cast<uint32_t>(slotKeys.size()));
@@ -43,6 +44,7 @@ PeerInfo PeerInfo::parse(std::span<const uint8_t> bytes, int rank) {
   p.chunkBytes = r.get<int64_t>();
   p.slots = r.get<int64_t>();
   p.codec = r.getString(256);
+  p.shmSmallBytes = r.get<int64_t>();
   // getBytes bounds each length (bytes from the network are untrusted).
   p.address = r.getBytes(kMaxAddressBytes);
   p.shmAddress = r.getBytes(kMaxAddressBytes);
@@ -73,6 +75,13 @@ void checkCompatible(const PeerInfo& mine, const PeerInfo& theirs, int myRank, i
   GS_CHECK(mine.codec == theirs.codec, Errc::kInvalidArgument,
            "rank %d uses codec '%s' but rank %d uses '%s'", myRank, mine.codec.c_str(), theirRank,
            theirs.codec.c_str());
+  // Two ranks with shm take the mailbox path for the same calls only with the same bound.
+  GS_CHECK(mine.shmAddress.empty() || theirs.shmAddress.empty() ||
+               mine.shmSmallBytes == theirs.shmSmallBytes,
+           Errc::kInvalidArgument,
+           "rank %d uses GS_SHM_SMALL_BYTES=%lld but rank %d uses %lld (set it alike on all ranks)",
+           myRank, static_cast<long long>(mine.shmSmallBytes), theirRank,
+           static_cast<long long>(theirs.shmSmallBytes));
 }
 
 }  // namespace gs::control

@@ -21,6 +21,7 @@ struct PeerInfo {
   int64_t chunkBytes = 0;
   int64_t slots = 0;
   std::string codec;
+  int64_t shmSmallBytes = 0;        // GS_SHM_SMALL_BYTES: must match between ranks with shm
   std::vector<uint8_t> address;     // network transport blob
   std::vector<uint8_t> shmAddress;  // shm device blob; empty: no shm device on this rank
   std::vector<std::pair<int32_t, transport::RemoteKey>> slotKeys;  // (for peer, its slots)

@@ -233,7 +233,7 @@ void Engine::runSmall(const CollectiveArgs& args, Link& link, uint32_t id, uint6
   monitoring::LinkCounters* counters =
       static_cast<size_t>(peer) < counters_.size() ? counters_[peer] : nullptr;
   if (counters != nullptr) {
-    counters->onChunkSent(bytes, bytes, 0);
+    counters->onChunkSent(bytes, bytes, static_cast<int>(format::CodecId::kRaw));
     counters->onChunkReceived(bytes);
     counters->onChunkCompleted(endNs - startNs);
     counters->addBusyTime(endNs - startNs);

@@ -21,6 +21,7 @@ PeerInfo sample() {
   p.chunkBytes = 1 << 20;
   p.slots = 8;
   p.codec = "raw";
+  p.shmSmallBytes = 16384;
   p.address = {1, 2, 3};
   p.shmAddress = std::vector<uint8_t>(96, 0xab);
   return p;
@@ -30,7 +31,7 @@ PeerInfo sample() {
 // each string or blob as a u32 length and its bytes.
 size_t shmLengthOffset(const PeerInfo& p) {
   return 4 + 2 + (4 + p.hostname.size()) + 4 + (4 + p.transport.size()) + 8 + 8 +
-         (4 + p.codec.size()) + (4 + p.address.size());
+         (4 + p.codec.size()) + 8 + (4 + p.address.size());
 }
 
 TEST(PeerInfo, RoundTripsWithAndWithoutShmAddress) {
@@ -42,6 +43,7 @@ TEST(PeerInfo, RoundTripsWithAndWithoutShmAddress) {
     EXPECT_EQ(q.hostname, p.hostname);
     EXPECT_EQ(q.pid, p.pid);
     EXPECT_EQ(q.transport, p.transport);
+    EXPECT_EQ(q.shmSmallBytes, p.shmSmallBytes);
     EXPECT_EQ(q.address, p.address);
     EXPECT_EQ(q.shmAddress, p.shmAddress);
     EXPECT_TRUE(q.slotKeys.empty());
@@ -82,8 +84,26 @@ TEST(PeerInfo, HostileRecordsAreRefused) {
   trailing.push_back(0);
   expectRefused(trailing, "trailing byte");
   std::vector<uint8_t> oldVersion = bytes;
-  oldVersion[4] = 1;  // version 1 had no shm address
-  expectRefused(oldVersion, "version 1 record");
+  oldVersion[4] = 2;  // version 2 had no GS_SHM_SMALL_BYTES
+  expectRefused(oldVersion, "version 2 record");
+}
+
+// The mailbox bound must match where both ranks have shm (they would take different paths for
+// the same call), and need not where either has none (its links never use the mailboxes).
+TEST(PeerInfo, ShmSmallBytesMustMatchBetweenRanksWithShm) {
+  PeerInfo a = sample(), b = sample();
+  b.shmSmallBytes = 0;
+  try {
+    checkCompatible(a, b, 0, 1);
+    ADD_FAILURE() << "different GS_SHM_SMALL_BYTES accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("rank 0 uses GS_SHM_SMALL_BYTES=16384 but rank 1 uses 0"),
+              std::string::npos)
+        << e.what();
+  }
+  b.shmAddress.clear();
+  EXPECT_NO_THROW(checkCompatible(a, b, 0, 1));
 }
 
 }  // namespace
