@@ -131,7 +131,15 @@ class Communicator:
             _lib.lib.gs_request_free(request)
             raise GradstreamError(status, message, "gs_request_on_complete")
 
-    def allreduce(self, send, recv, count, dtype, op, on_done, stream=None):
+    def allreduce(self, send, recv, count, dtype, op, on_done, stream=None, inline=False):
+        """inline: the blocking gs_allreduce on this thread, reported through on_done before
+        returning (small host buffers: the request and the progress thread's hand-off cost far
+        more than the call). Issue order holds either way: a blocking call waits for the
+        requests queued before it."""
+        if inline:
+            status = _lib.lib.gs_allreduce(send, recv, count, dtype, op, self.handle, stream)
+            on_done(status, _lib.last_error() if status != _lib.GS_OK else "")
+            return
         self._issue("gs_iallreduce", (send, recv, count, dtype, op), stream, on_done)
 
     def reduce_scatter(self, send, recv, recvcount, dtype, op, on_done, stream=None):

@@ -177,6 +177,15 @@ def asynchronous():
     assert torch.equal(gather_out, torch.arange(WORLD).repeat_interleave(4).float())
     for w in works:
         assert w.wait() and w.is_completed()
+    # A small host allreduce runs inline, behind what was queued before it (issue order): it
+    # returns completed, with the sum, while a large one issued first is still exact.
+    big = torch.full((500000,), float(RANK))
+    big_work = dist.all_reduce(big, async_op=True)
+    small = torch.full((3,), float(RANK + 1))
+    small_work = dist.all_reduce(small, async_op=True)
+    assert small_work.is_completed(), "a 12-byte host allreduce did not return completed"
+    assert torch.equal(small, torch.full((3,), float(sum(range(1, WORLD + 1)))))
+    assert big_work.wait() and torch.equal(big, torch.full_like(big, float(base)))
     # A second group over all ranks, and one over ranks {0, 1}: each its own communicator.
     g = dist.new_group(backend="gradstream")
     sub = dist.new_group(ranks=[0, 1], backend="gradstream")

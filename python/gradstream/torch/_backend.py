@@ -3,7 +3,8 @@
 A Python ProcessGroup (torch 2.x calls its methods for every collective) over one gradstream
 communicator per group. Each call validates its tensors, queues non-blocking gradstream requests
 and returns a Work whose future the communicator's progress thread completes: DDP and
-``async_op=True`` callers never need to call wait() for the work to finish.
+``async_op=True`` callers never need to call wait() for the work to finish. Allreduces of small
+host tensors (at most INLINE_MAX_BYTES) run the blocking call instead and return completed.
 """
 import datetime
 import threading
@@ -14,6 +15,9 @@ import torch.distributed as dist
 from .. import _comm
 from ..errors import GradstreamError
 from . import _tensors as T
+
+# Host allreduces of at most this many bytes run inline (ProcessGroupGradstream.allreduce).
+INLINE_MAX_BYTES = 16384
 
 
 class _Completion:
@@ -166,10 +170,14 @@ class ProcessGroupGradstream(dist.ProcessGroup):
 
     def allreduce(self, tensors, opts=None):
         op = _op(opts)
+        # Host tensors of up to INLINE_MAX_BYTES (loss scalars, grad norms, metrics) run the
+        # blocking call on this thread: 8 B took ~100 us per call through a request and its
+        # completion callback, against 0.3 us for the call itself over shm.
         return self._in_place_each(
             "allreduce", tensors,
-            lambda p, n, dtype, done, stream: self._comm.allreduce(p, p, n, dtype, op, done,
-                                                                   stream))
+            lambda p, n, dtype, done, stream: self._comm.allreduce(
+                p, p, n, dtype, op, done, stream,
+                inline=stream is None and n * T.ELEMENT_BYTES[dtype] <= INLINE_MAX_BYTES))
 
     def allreduce_coalesced(self, tensors, opts=None):
         """One request over the tensors flattened (per dtype), results copied back."""

@@ -14,6 +14,9 @@ DTYPES = {
     torch.uint8: _lib.DTYPES["uint8"],
 }
 
+# Bytes per element, by gradstream dtype.
+ELEMENT_BYTES = {gs: torch.empty(0, dtype=t).element_size() for t, gs in DTYPES.items()}
+
 _R = dist.ReduceOp.RedOpType
 OPS = {
     _R.SUM: _lib.OPS["sum"],
