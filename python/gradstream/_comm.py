@@ -135,8 +135,9 @@ class Communicator:
         """inline: the blocking gs_allreduce on this thread, reported through on_done before
         returning (small host buffers: the request and the progress thread's hand-off cost far
         more than the call). Issue order holds either way: a blocking call waits for the
-        requests queued before it."""
-        if inline:
+        requests queued before it. Not inside a completion callback (future.then() chains run
+        there), where the blocking call would wait for the request that runs the callback."""
+        if inline and not _completion.in_callback():
             status = _lib.lib.gs_allreduce(send, recv, count, dtype, op, self.handle, stream)
             on_done(status, _lib.last_error() if status != _lib.GS_OK else "")
             return

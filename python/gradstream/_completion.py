@@ -15,6 +15,13 @@ from . import _lib
 _pending = {}
 _tokens = itertools.count(1)
 _lock = threading.Lock()
+_here = threading.local()  # .running: this thread is inside a completion callback
+
+
+def in_callback():
+    """Whether the calling thread runs a completion callback (the progress thread, inside one):
+    a blocking call of the same communicator there would wait for the request running it."""
+    return getattr(_here, "running", False)
 
 
 def _trampoline(status, message, user_data):
@@ -22,10 +29,13 @@ def _trampoline(status, message, user_data):
         fn = _pending.pop(user_data or 0, None)
     if fn is None:
         return
+    _here.running = True
     try:
         fn(status, message.decode(errors="replace") if message else "")
     except BaseException:  # never let an exception unwind into C
         traceback.print_exc(file=sys.stderr)
+    finally:
+        _here.running = False
 
 
 _TRAMPOLINE = _lib.COMPLETION_FN(_trampoline)  # kept alive for the life of the module

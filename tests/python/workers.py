@@ -186,6 +186,17 @@ def asynchronous():
     assert small_work.is_completed(), "a 12-byte host allreduce did not return completed"
     assert torch.equal(small, torch.full((3,), float(sum(range(1, WORLD + 1)))))
     assert big_work.wait() and torch.equal(big, torch.full_like(big, float(base)))
+    # A then() callback runs on the progress thread, inside the request it completes: a small
+    # allreduce issued there is queued (inline, it would wait for that very request).
+    chained = []
+
+    def follow(_):
+        t = torch.ones(2)
+        chained.append((t, dist.all_reduce(t, async_op=True)))
+
+    dist.all_reduce(torch.ones(500000), async_op=True).get_future().then(follow).wait()
+    t, w = chained[0]
+    assert w.wait() and torch.equal(t, torch.full((2,), float(WORLD)))
     # A second group over all ranks, and one over ranks {0, 1}: each its own communicator.
     g = dist.new_group(backend="gradstream")
     sub = dist.new_group(ranks=[0, 1], backend="gradstream")
