@@ -190,6 +190,8 @@ void Engine::run(const CollectiveArgs& args) {
   const uint64_t startNs = nowNs();
   const uint32_t id = collectiveId_++;
   stats_ = {};
+  if (deferredAbort_ != nullptr) [[unlikely]]
+    raiseDeferredAbort(args.kind, id);
   if (Link* link = smallExchangeLink(args)) {
     runSmall(args, *link, id, startNs);
     return;

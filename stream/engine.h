@@ -242,6 +242,16 @@ class Engine {
   uint32_t collectiveId_ = 0;
   CollectiveStats stats_;
   bool notified_ = false;
+  // A peer's abort that arrived during a call which still completed with what had arrived
+  // before it (Run::keepPeerAbort): every later call fails with its notice at once. Null: none.
+  const Link* deferredAbort_ = nullptr;
+  [[noreturn]] void raiseDeferredAbort(CollectiveKind kind, uint32_t id);
+  // Tells the peers (notifyPeers) and throws this rank's error for the notice: "<call> #<id>
+  // on rank <r>: <cause>". passedOnBy: the peer it came from (-1: found here).
+  [[noreturn]] void raiseNotice(CollectiveKind kind,
+                                uint32_t id,
+                                const FailureNotice& notice,
+                                int passedOnBy);
   // Plans and user-buffer registrations of recent calls, reused when a call repeats (training
   // loops call with the same buffers every step). Bounded; least recently used goes first.
   std::vector<std::unique_ptr<Prepared>> prepared_;

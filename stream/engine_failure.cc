@@ -18,10 +18,20 @@ void Engine::Run::fail(Errc code, int blamedRank, const std::string& cause) {
 // Passes the notice on (unchanged: every rank reports the same cause) and throws this rank's
 // error for it. passedOnBy: the peer it came from (-1: found here).
 void Engine::Run::raise(const FailureNotice& notice, int passedOnBy) {
-  engine.notifyPeers(notice);
-  throw Error(notice.code,
-              formatString("%s #%u on rank %d: %s", collectiveName(args.kind), collectiveId,
-                           engine.rank_, engine.describe(notice, passedOnBy).c_str()));
+  engine.raiseNotice(args.kind, collectiveId, notice, passedOnBy);
+}
+
+void Engine::raiseNotice(CollectiveKind kind,
+                         uint32_t id,
+                         const FailureNotice& notice,
+                         int passedOnBy) {
+  notifyPeers(notice);
+  throw Error(notice.code, formatString("%s #%u on rank %d: %s", collectiveName(kind), id, rank_,
+                                        describe(notice, passedOnBy).c_str()));
+}
+
+void Engine::raiseDeferredAbort(CollectiveKind kind, uint32_t id) {
+  raiseNotice(kind, id, deferredAbort_->abortNotice, deferredAbort_->peer());
 }
 
 // The notice behind an abort message from `link`: the cause it carries, or (a write without
@@ -39,6 +49,11 @@ FailureNotice Engine::Run::noticeFrom(Link& link, const Completion& c) const {
 
 void Engine::Run::connectionFailed(size_t li) {
   Link& link = *links[li].link;
+  // A peer that aborted leaves: the cause is its notice, not the closed connection.
+  for (const LinkRun& l : links) {
+    if (l.link->abortReceived)
+      raise(l.link->abortNotice, l.link->peer());
+  }
   std::string why = link.connection().errorMessage();
   // A neighbour that closed may only have been passing on another rank's failure, and the
   // notice naming that rank may come over another link: listen briefly before blaming it.
@@ -276,7 +291,8 @@ void Engine::notifyPeers(const FailureNotice& notice) noexcept {
 void Engine::farewell(Deadline deadline) noexcept {
   std::vector<Link*> waiting;
   for (Link* link : links_) {
-    if (link == nullptr || !link->connected())
+    // A peer that aborted (deferredAbort_) says no goodbye.
+    if (link == nullptr || !link->connected() || link->abortReceived)
       continue;
     if (link->connection().postWrite({}, link->peerSlots, 0, makeControl(ControlCode::kBye),
                                      workId(WorkKind::kControl, 0, 0)) == PostResult::kOk) {

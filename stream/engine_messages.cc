@@ -137,6 +137,8 @@ void Engine::runPointToPoint(const CollectiveArgs& base,
                              const PointToPointFeed& feed) {
   GS_CHECK(base.kind == CollectiveKind::kPointToPoint, Errc::kInternal,
            "runPointToPoint needs a point-to-point call, not %s", collectiveName(base.kind));
+  if (deferredAbort_ != nullptr) [[unlikely]]
+    raiseDeferredAbort(base.kind, pointToPointRuns_++);
   stats_ = {};
   lastAlgorithm_ = "p2p";
   MessageRun messages(*this, base, feed);

@@ -104,11 +104,57 @@ void Engine::Run::onRemoteWrite(size_t li, const Completion& c) {
       onControl(li, static_cast<ControlCode>(payload));
       break;
     case ImmTag::kAbort:
+      // The peer gave up (on this call, or on a later one while this rank still finishes this
+      // one: a rank that is done with a call goes on to the next). Chunks it sent before may
+      // be all this call still needs from it: the call goes on with them and fails only once
+      // it waits for this peer (onPeerAborted). Failing at once failed calls whose data had
+      // all arrived, on ranks the failure did not concern.
       link.abortReceived = true;
-      raise(noticeFrom(link, c), link.peer());
+      link.abortNotice = noticeFrom(link, c);
+      peerAborted = true;
+      break;
     default:
       fail(Errc::kRemote, link.peer(),
            formatString("rank %d sent an unknown message", link.peer()));
+  }
+}
+
+bool Engine::Run::waitsOn(const LinkRun& l) const {
+  return l.processed < l.queues->recvs.size() || l.completed < l.queues->sends.size() ||
+         awaitsCredits(l);
+}
+
+void Engine::Run::onPeerAborted(std::chrono::nanoseconds idle) {
+  // Chunks a peer sent before its abort may still arrive after it: tcp spreads a connection's
+  // messages over several sockets, and only shm and an RC queue pair keep their order. What
+  // was written before the abort is ahead of it in the peer's kernel, so a short quiet spell
+  // is enough; a peer that closes its connection after the abort ends the wait sooner
+  // (connectionFailed reports its notice).
+  constexpr auto kDrain = std::chrono::milliseconds(20);
+  const LinkRun* first = nullptr;
+  for (const LinkRun& l : links) {
+    if (!l.link->abortReceived)
+      continue;
+    if (waitsOn(l) && idle >= kDrain)
+      raise(l.link->abortNotice, l.link->peer());
+    if (first == nullptr)
+      first = &l;
+  }
+  // What this call waits for comes from ranks that did not abort: they send it, or pass the
+  // abort on once they learn of it. A grace bounds the wait for a rank that does neither
+  // (idle between calls, its part of this one done).
+  if (first != nullptr && idle >= engine.livenessGrace())
+    raise(first->link->abortNotice, first->link->peer());
+}
+
+void Engine::Run::keepPeerAbort() {
+  if (!peerAborted)
+    return;
+  for (const LinkRun& l : links) {
+    if (l.link->abortReceived) {
+      engine.deferredAbort_ = l.link;
+      return;
+    }
   }
 }
 
@@ -155,9 +201,9 @@ void Engine::Run::execute(uint64_t startNs) {
     if (messages != nullptr) {
       progress |= messages->advance(*this, !progress);
       if (messages->finished())
-        return;
+        return keepPeerAbort();
     } else if (done()) {
-      return;
+      return keepPeerAbort();
     }
     if (engine.abortFlag_.load(std::memory_order_relaxed))
       fail(Errc::kAborted, engine.rank_, "communicator aborted");
@@ -174,6 +220,8 @@ void Engine::Run::execute(uint64_t startNs) {
       lastProgress = now;
       progressUndated = false;
     }
+    if (peerAborted)
+      onPeerAborted(now - lastProgress);
     if (now - lastProgress > timeout)
       onNoProgress(now);
     ++idle;

@@ -254,6 +254,9 @@ void Engine::Run::readFromPeer(size_t li,
                                const format::ChunkHeader& h,
                                uint8_t* into) {
   Link& link = *links[li].link;
+  // A peer that aborted has left its call: its buffer may already hold something else.
+  if (link.abortReceived)
+    raise(link.abortNotice, link.peer());
   format::PeerMemoryRef ref;
   memcpy(&ref, slotBase + sizeof(format::ChunkHeader), sizeof(ref));
   // The header was validated against this receive (its payloadBytes is what `into` holds).
@@ -305,6 +308,10 @@ bool Engine::Run::acknowledgeReads(size_t li) {
   Link& link = *links[li].link;
   if (link.readsAcknowledged == link.readsFromPeer)
     return false;
+  if (link.abortReceived) {  // a peer that aborted waits for nothing
+    link.readsAcknowledged = link.readsFromPeer;
+    return false;
+  }
   const uint32_t count = static_cast<uint32_t>(link.readsFromPeer) & kReadAckMask;
   PostResult r = link.connection().postWrite({}, link.peerSlots, 0,
                                              makeImm(ImmTag::kControl, kReadAckBit | count),
@@ -334,6 +341,10 @@ bool Engine::Run::returnCredits(size_t li, bool flush) {
     ++lr.releasedHere;
     ++link.released;
     progress = true;
+  }
+  if (link.abortReceived) {  // a peer that aborted sends nothing more: no credits for it
+    link.creditAdvertised = link.released;
+    return progress;
   }
   const uint64_t pending = link.released - link.creditAdvertised;
   const uint64_t batch = std::max<uint64_t>(1, link.layout().slots / 2);

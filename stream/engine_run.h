@@ -126,6 +126,14 @@ struct Engine::Run {
   void onRemoteWrite(size_t li, const Completion& c);
   bool done() const;
   void execute(uint64_t startNs);  // startNs: nowNs() when the call began
+  // Abort messages that arrived during this run (onRemoteWrite): it goes on with what arrived
+  // before them. onPeerAborted, in idle rounds: fails once the run waits for a peer that
+  // aborted, or after a grace without progress; keepPeerAbort, when the run completed anyway:
+  // the engine's next call fails with the notice (Engine::deferredAbort_).
+  bool peerAborted = false;
+  bool waitsOn(const LinkRun& l) const;
+  void onPeerAborted(std::chrono::nanoseconds idle);
+  void keepPeerAbort();
   // An idle round's check that no peer has gone into a small exchange (engine_small.cc) while
   // this rank waits in a chunked call: their calls differ. Twice in a row, since the peer's
   // last chunks of the previous call may still be unpolled the first time.

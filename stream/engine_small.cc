@@ -159,11 +159,7 @@ void Engine::runSmall(const CollectiveArgs& args, Link& link, uint32_t id, uint6
                        bytes);
 
   // As Run::raise: the peers are told, and the error names the rank at fault.
-  const auto raise = [&](const FailureNotice& notice) {
-    notifyPeers(notice);
-    throw Error(notice.code, formatString("%s #%u on rank %d: %s", collectiveName(args.kind), id,
-                                          rank_, describe(notice, peer).c_str()));
-  };
+  const auto raise = [&](const FailureNotice& notice) { raiseNotice(args.kind, id, notice, peer); };
   const auto failWith = [&](Errc code, int blamed, const std::string& cause) {
     raise(FailureNotice{code, blamed, rank_, cause});
   };

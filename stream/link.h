@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "stream/failure_notice.h"
 #include "transport/device.h"
 
 namespace gs::stream {
@@ -129,6 +130,9 @@ class Link {
 
   bool byeReceived = false;
   bool abortReceived = false;  // the peer sent an abort message (Engine::notifyPeers waits for it)
+  /// What that abort message said (valid once abortReceived): a run that still completes with
+  /// what arrived before it keeps it for the communicator's next call (Engine::deferredAbort_).
+  FailureNotice abortNotice;
   /// Completions that arrived on the connection while it was being set up (a peer that is
   /// ready first may already send chunks or credits while this rank still waits for the end of
   /// the slot-key exchange); the engine handles them before polling the connection.

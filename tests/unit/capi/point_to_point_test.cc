@@ -6,6 +6,7 @@
 // error on both ranks, nothing written), a peer that never posts (the deadline, naming it),
 // and the argument errors.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -413,6 +414,67 @@ TEST(PointToPointErrors, CountMismatchFailsOnBothRanksAndWritesNothing) {
   }
   EXPECT_TRUE(untouched);
 }
+
+// A failure between two ranks that reaches a third while it finishes an earlier call: rank 2
+// joins a broadcast late, after ranks 0 and 1 have done their parts of it and then failed a
+// send and receive that disagree, so its parent's chunks and that parent's abort message wait
+// in one connection. The broadcast completes with the chunks that arrived before the abort
+// (they are the whole of it), and rank 2's next call fails with the pair's cause at once.
+// (Failing the broadcast too made `dist.all_reduce` fail on an uninvolved rank in CI.)
+class AbortAfterTheData : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(AbortAfterTheData, ACallWhoseDataArrivedCompletesTheNextOneFails) {
+  RankOptions opt;
+  opt.transport = GetParam();
+  opt.timeoutMs = 5000;
+  std::atomic<int> pairFailed{0};
+  std::atomic<bool> thirdDone{false};
+  gs_status_t bcast = GS_OK, next = GS_OK;
+  std::string bcastMsg, nextMsg;
+  bool intact = false;
+  double nextSeconds = 0;
+  runRanks(3, opt, [&](int rank, gs_comm_t comm) {
+    std::vector<float> buf(1000, rank == 0 ? 7.0f : -1.0f);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    if (rank == 2) {
+      // Both other ranks are past the broadcast and have failed their pair before this joins.
+      while (pairFailed.load() < 2 && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // their aborts arrive
+      bcast = gs_broadcast(buf.data(), buf.data(), buf.size(), GS_FLOAT32, 0, comm, nullptr);
+      bcastMsg = gs_last_error();
+      intact = std::all_of(buf.begin(), buf.end(), [](float v) { return v == 7.0f; });
+      float one = 1.0f;
+      const auto start = std::chrono::steady_clock::now();
+      next = gs_allreduce(&one, &one, 1, GS_FLOAT32, GS_SUM, comm, nullptr);
+      nextSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      nextMsg = gs_last_error();
+      thirdDone = true;
+      return;
+    }
+    EXPECT_EQ(gs_broadcast(buf.data(), buf.data(), buf.size(), GS_FLOAT32, 0, comm, nullptr), GS_OK)
+        << "rank " << rank << ": " << gs_last_error();
+    std::vector<float> msg(rank == 0 ? 100 : 50);
+    const gs_status_t st = rank == 0 ? gs_send(msg.data(), 100, GS_FLOAT32, 1, comm, nullptr)
+                                     : gs_recv(msg.data(), 50, GS_FLOAT32, 0, comm, nullptr);
+    EXPECT_EQ(st, GS_ERR_INVALID_ARGUMENT) << "rank " << rank << ": " << gs_last_error();
+    ++pairFailed;
+    // Connections stay open until rank 2 is done: what it reads is the abort, not a close.
+    while (!thirdDone.load() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  });
+  EXPECT_EQ(bcast, GS_OK) << bcastMsg;
+  EXPECT_TRUE(intact) << "the broadcast's data did not arrive whole on rank 2";
+  EXPECT_EQ(next, GS_ERR_INVALID_ARGUMENT) << nextMsg;
+  EXPECT_NE(nextMsg.find("allreduce #"), std::string::npos) << nextMsg;
+  EXPECT_NE(nextMsg.find("sends 100 elements"), std::string::npos) << nextMsg;
+  EXPECT_NE(nextMsg.find("detected by rank"), std::string::npos) << nextMsg;
+  EXPECT_LT(nextSeconds, 1.0) << "the next call must fail at once, not at its deadline";
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports,
+                         AbortAfterTheData,
+                         ::testing::Values("loopback", "tcp", "shm"));
 
 // A receive whose sender never posts fails at the deadline naming the sender.
 TEST(PointToPointErrors, APeerThatNeverSendsIsNamedAtTheDeadline) {
