@@ -19,8 +19,9 @@
 # Exit status: 0 when everything passed; non-zero naming the failed stages otherwise (a failing
 # test or benchmark stage does not stop the later ones). A log of
 # every stage lands in build-gpu/gpu_check.log. Bounded: stages 1-3 took about 2-4 minutes on an
-# H200 box; stage 4 is four runs, each under a 60 s timeout (estimated 5-15 s each, not yet
-# measured there).
+# H200 box; stage 4 is four runs, each under a 60 s timeout (the four took 14-16 s together on
+# one H200 machine with 16 cores, 2026-12-04, run from prebuilt binaries by
+# bench/gpu_device_run.sh: docs/gpu.md).
 # Needs what scripts/setup.sh installs (cmake, g++, Boost headers, GoogleTest; ninja optional)
 # plus the CUDA toolkit; it installs nothing itself (GPU machines may have no network).
 #   bench/gpu_check.sh                 # defaults

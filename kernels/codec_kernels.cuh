@@ -146,7 +146,6 @@ __global__ void __launch_bounds__(kThreads) encodeEwKernel(EncodeParams p, Loade
     T x[kGroup];
     ld.load(i0, valid, x);
     uint8_t b[E::kBytes];
-    float dec[kGroup];
 #pragma unroll
     for (int k = 0; k < static_cast<int>(kGroup); ++k) {
       const float xf = static_cast<float>(D::load(x[k]));
@@ -154,11 +153,16 @@ __global__ void __launch_bounds__(kThreads) encodeEwKernel(EncodeParams p, Loade
           E::put(xf, p.sr, p.sr ? math::srBits(p.key, static_cast<uint32_t>(i0 + k)) : 0);
       b[2 * k] = static_cast<uint8_t>(w);
       b[2 * k + 1] = static_cast<uint8_t>(w >> 8);
-      dec[k] = E::get(w);
     }
     storeBytes<E::kBytes>(p.payload + g * E::kBytes, p.payloadAlign, 2 * valid, b);
-    if (p.decoded != nullptr || p.residual != nullptr)
+    if (p.decoded != nullptr || p.residual != nullptr) {
+      // The decoded values only where error feedback needs them (from the codes just stored).
+      float dec[kGroup];
+#pragma unroll
+      for (int k = 0; k < static_cast<int>(kGroup); ++k)
+        dec[k] = E::get(static_cast<uint16_t>(b[2 * k] | (b[2 * k + 1] << 8)));
       feedback<D>(p, i0, valid, x, dec);
+    }
   }
 }
 
@@ -287,6 +291,23 @@ inline uint32_t blocksFor(uint64_t work, uint64_t perBlock) {
   return gridBlocks(work, perBlock, d.smCount, d.blocksPerSm);
 }
 
+/// As blocksFor, with the wave sized by what the kernel's registers allow to be resident
+/// (cudaOccupancyMaxActiveBlocksPerMultiprocessor, asked once per kernel: a kernel over 32
+/// registers a thread fits fewer than the device's blocksPerSm, and a grid of more blocks than
+/// are resident runs a partial second wave). Not tested: the query on a kernel's first launch
+/// inside a stream capture (GpuCodec.CallsOnlyEnqueueWork launches every kernel once before it
+/// captures); it reads function attributes and enqueues nothing.
+template <auto Kernel>
+inline uint32_t blocksForKernel(uint64_t work, uint64_t perBlock) {
+  static const uint32_t resident = [] {
+    int n = 0;
+    GS_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, Kernel, kThreads, 0));
+    return n > 0 ? static_cast<uint32_t>(n) : 1u;
+  }();
+  const DeviceInfo& d = currentDevice();
+  return gridBlocks(work, perBlock, d.smCount, resident < d.blocksPerSm ? resident : d.blocksPerSm);
+}
+
 /// Encode parameters from launcher arguments (block formats get their tiling).
 inline EncodeParams encodeParams(const EncodeArgs& a, const uint64_t* status) {
   EncodeParams p{};
@@ -333,9 +354,12 @@ void launchEncodeKernel(const EncodeParams& p, const Loader& ld, cudaStream_t st
     return;
   }
   if constexpr (F == CodecId::kFp16 || F == CodecId::kBf16) {
-    const uint32_t blocks = blocksFor(groupsOf(p.count), kThreads);
-    encodeEwKernel<D, F == CodecId::kBf16, Loader><<<blocks, kThreads, 0, stream>>>(p, ld);
+    constexpr auto kernel = encodeEwKernel<D, F == CodecId::kBf16, Loader>;
+    const uint32_t blocks = blocksForKernel<kernel>(groupsOf(p.count), kThreads);
+    kernel<<<blocks, kThreads, 0, stream>>>(p, ld);
   } else {
+    // Sized by blocksFor as before: the occupancy-sized grid was measured on the H200 only
+    // together with a prefetch that made these kernels slower (docs/gpu.md), not on its own.
     const uint32_t blocks = blocksFor(p.tiles, 1);
     encodeBlkKernel<D, F, Loader><<<blocks, kThreads, 0, stream>>>(p, ld);
   }

@@ -99,6 +99,39 @@ __device__ __forceinline__ I applyIntOp(ReduceOp op, I a, I b) {
 // ---- group access -----------------------------------------------------------------------------
 // A group is kGroup consecutive elements starting at a multiple of kGroup. `align` is the
 // alignment of the array's base (alignmentOf), the same for every group.
+//
+// Buffers may start at any byte (a float32 destination at an odd address is valid, as on the
+// CPU path): below sizeof(T) every element is moved a byte at a time. An access through a T*
+// that is not T-aligned faults on the GPU (cudaErrorMisalignedAddress, which also kills the
+// context), unlike on x86.
+
+/// One element at p, whose array base is aligned to `align` bytes.
+template <class T>
+__device__ __forceinline__ T loadElem(const T* p, uint32_t align) {
+  if (align >= sizeof(T))
+    return *p;
+  const uint8_t* q = reinterpret_cast<const uint8_t*>(p);
+  uint8_t b[sizeof(T)];
+#pragma unroll
+  for (uint32_t j = 0; j < sizeof(T); ++j)
+    b[j] = q[j];
+  T v;
+  memcpy(&v, b, sizeof(T));
+  return v;
+}
+template <class T>
+__device__ __forceinline__ void storeElem(T* p, uint32_t align, T v) {
+  if (align >= sizeof(T)) {
+    *p = v;
+    return;
+  }
+  uint8_t b[sizeof(T)];
+  memcpy(b, &v, sizeof(T));
+  uint8_t* q = reinterpret_cast<uint8_t*>(p);
+#pragma unroll
+  for (uint32_t j = 0; j < sizeof(T); ++j)
+    q[j] = b[j];
+}
 
 template <class T>
 __device__ __forceinline__ void loadGroup(const T* p, uint32_t align, int valid, T (&v)[kGroup]) {
@@ -116,7 +149,7 @@ __device__ __forceinline__ void loadGroup(const T* p, uint32_t align, int valid,
   } else {
 #pragma unroll
     for (int k = 0; k < static_cast<int>(kGroup); ++k)
-      v[k] = k < valid ? p[k] : T(0);
+      v[k] = k < valid ? loadElem(p + k, align) : T(0);
   }
 }
 
@@ -137,7 +170,7 @@ __device__ __forceinline__ void loadGroupRw(const T* p, uint32_t align, int vali
   } else {
 #pragma unroll
     for (int k = 0; k < static_cast<int>(kGroup); ++k)
-      v[k] = k < valid ? p[k] : T(0);
+      v[k] = k < valid ? loadElem(p + k, align) : T(0);
   }
 }
 
@@ -159,7 +192,7 @@ __device__ __forceinline__ void storeGroup(T* p, uint32_t align, int valid, cons
 #pragma unroll
     for (int k = 0; k < static_cast<int>(kGroup); ++k) {
       if (k < valid)
-        p[k] = v[k];
+        storeElem(p + k, align, v[k]);
     }
   }
 }

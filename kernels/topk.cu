@@ -205,6 +205,7 @@ __global__ void __launch_bounds__(kThreads) topkWriteKernel(const typename D::T*
                                                             uint64_t k,
                                                             uint8_t* out,
                                                             typename D::R* residual,
+                                                            uint32_t residualAlign,
                                                             double factor) {
   using T = typename D::T;
   using C = typename D::C;
@@ -239,7 +240,7 @@ __global__ void __launch_bounds__(kThreads) topkWriteKernel(const typename D::T*
             R r = D::resLoad(x[j]) - D::resLoad(D::store(static_cast<C>(v)));
             if (factor != 1.0)
               r = static_cast<R>(r * factor);
-            residual[i0 + j] = r;
+            storeElem(residual + i0 + j, residualAlign, r);
           }
         }
       }
@@ -269,13 +270,13 @@ __global__ void __launch_bounds__(kThreads)
 }
 template <class D>
 __global__ void __launch_bounds__(kThreads)
-    topkScatterKeptKernel(const uint8_t* chunk, uint64_t k, typename D::T* dst) {
+    topkScatterKeptKernel(const uint8_t* chunk, uint64_t k, typename D::T* dst, uint32_t align) {
   for (uint64_t j = firstGroup(); j < k; j += groupStride()) {
     uint32_t idx;
     float v;
     memcpy(&idx, chunk + 4 * j, 4);
     memcpy(&v, chunk + 4 * k + 4 * j, 4);
-    dst[idx] = D::store(static_cast<typename D::C>(v));
+    storeElem(dst + idx, align, D::store(static_cast<typename D::C>(v)));
   }
 }
 
@@ -326,7 +327,7 @@ __global__ void __launch_bounds__(kThreads)
     if (!p.reduce) {
       values[j] = D::store(static_cast<C>(v));
     } else {
-      const C a = D::load(static_cast<const T*>(p.operand)[i]);
+      const C a = D::load(loadElem(static_cast<const T*>(p.operand) + i, p.operandAlign));
       const C b = static_cast<C>(v);
       values[j] = D::store(p.first ? applyOp<C>(p.op, b, a) : applyOp<C>(p.op, a, b));
     }
@@ -373,7 +374,7 @@ __global__ void __launch_bounds__(kThreads)
   for (uint64_t j = firstGroup(); j < p.k; j += groupStride()) {
     uint32_t i;
     memcpy(&i, p.in + 4 * j, 4);
-    static_cast<T*>(p.dst)[i] = values[j];
+    storeElem(static_cast<T*>(p.dst) + i, p.dstAlign, values[j]);
   }
 }
 
@@ -410,12 +411,14 @@ void encodeT(const EncodeArgs& a, uint8_t* wsBase, cudaStream_t s) {
                                                           alignmentOf(residual), a.residualFactor);
   dev::topkScanKernel<<<1, 1024, 0, s>>>(w, tiles, k);
   dev::topkWriteKernel<D>
-      <<<tileBlocks, kThreads, 0, s>>>(src, align, n, w, all, k, a.out, residual, a.residualFactor);
+      <<<tileBlocks, kThreads, 0, s>>>(src, align, n, w, all, k, a.out, residual,
+                                       alignmentOf(residual), a.residualFactor);
   if (a.decodedOut != nullptr) {
     auto* dec = static_cast<T*>(a.decodedOut);
     dev::topkFillKernel<D>
         <<<dev::blocksFor(groupsOf(n), kThreads), kThreads, 0, s>>>(dec, alignmentOf(dec), n);
-    dev::topkScatterKeptKernel<D><<<dev::blocksFor(k, kThreads), kThreads, 0, s>>>(a.out, k, dec);
+    dev::topkScatterKeptKernel<D>
+        <<<dev::blocksFor(k, kThreads), kThreads, 0, s>>>(a.out, k, dec, alignmentOf(dec));
   }
 }
 

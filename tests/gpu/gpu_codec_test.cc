@@ -26,7 +26,10 @@ constexpr uint8_t kSentinel = 0xa5;
 constexpr size_t kGuard = 256;  // poisoned bytes after every output
 
 /// Device memory, poisoned with the sentinel, with kGuard extra bytes (and an optional offset
-/// to test unaligned buffers).
+/// to test unaligned buffers). Every method is complete on the device when it returns: the
+/// codecs run on a non-blocking stream, which does not wait for the legacy default stream that
+/// cudaMemset / cudaMemcpy use, and a pageable cudaMemcpy to the device may return before its
+/// last bytes landed (on the H200 the 2^20+3-element encodes read a stale tail without this).
 class DeviceBuffer {
  public:
   explicit DeviceBuffer(size_t bytes, size_t offset = 0) : bytes_(bytes), offset_(offset) {
@@ -37,12 +40,19 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   uint8_t* get() const { return static_cast<uint8_t*>(base_) + offset_; }
-  void poison() { cudaMemset(base_, kSentinel, bytes_ + kGuard + offset_); }
-  void upload(const void* src, size_t n) { cudaMemcpy(get(), src, n, cudaMemcpyHostToDevice); }
-  /// The bytes plus the guard.
+  void poison() {
+    EXPECT_EQ(cudaMemset(base_, kSentinel, bytes_ + kGuard + offset_), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+  void upload(const void* src, size_t n) {
+    EXPECT_EQ(cudaMemcpy(get(), src, n, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+  /// The bytes plus the guard, after all work on the device.
   std::vector<uint8_t> download() const {
     std::vector<uint8_t> v(bytes_ + kGuard);
-    cudaMemcpy(v.data(), get(), v.size(), cudaMemcpyDeviceToHost);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(v.data(), get(), v.size(), cudaMemcpyDeviceToHost), cudaSuccess);
     return v;
   }
 
