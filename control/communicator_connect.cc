@@ -327,6 +327,9 @@ void Communicator::startEngine(const std::vector<PeerInfo>& infos,
     // Larger calls sleep at once as before: their wait is a peer's copies, which need the core.
     engine_->setSpinTime(kShmSpinTime, kYieldingMaxBytes);
     engine_->setYieldAfter(std::chrono::microseconds(0));
+    // Measured, 4 ranks on 2 cores, 8 B allreduce over tcp: of 6 sendmsg per rank and call, 2
+    // were credits returned at the first idle moment; batched, 45 -> 34 us (medians of ten).
+    engine_->setCreditFlushAfter(std::chrono::microseconds(20));
     GS_LOG_INFO("%d ranks share %d cores on this host: yielding the core while waiting", localRanks,
                 cores);
   } else if (plan.shmLinks > 0) {

@@ -171,6 +171,11 @@ class Engine {
   /// While polling, give the core up (sched_yield) at every idle round from this long without
   /// progress on. Default 3 us: a peer on a core of its own answers sooner than the call.
   void setYieldAfter(std::chrono::microseconds time) { yieldAfter_ = time; }
+  /// Credits short of a batch (half the slots) go back once a run has idled this long, instead
+  /// of at its first idle moment (default 0). Where ranks outnumber cores that moment is core
+  /// time another rank needs, and the credit a message (on tcp a system call and a wake-up)
+  /// that back-to-back small calls do not need: they return credits a batch at a time.
+  void setCreditFlushAfter(std::chrono::microseconds time) { creditFlushAfter_ = time; }
   /// Raw chunks from this size on are left in the sender's memory for the peer to copy, where
   /// the link allows it (shm single copy, GS_SHM_SINGLE_COPY). Below it the system call and
   /// the wait for the peer's acknowledgement cost more than the copy they save; where ranks
@@ -290,6 +295,7 @@ class Engine {
   int64_t chunkBytes_ = 0;  // config_.chunkBytes until setChunkBytes()
   int spinRounds_ = 8;
   std::chrono::microseconds spinTime_{0};
+  std::chrono::microseconds creditFlushAfter_{0};
   std::chrono::microseconds yieldAfter_{3};
   size_t spinMaxBytes_ = 0;
   uint32_t singleCopyMinBytes_ = kSingleCopyMinBytes;

@@ -178,6 +178,7 @@ void Engine::Run::execute(uint64_t startNs) {
   int idle = 0;
   // Point-to-point runs count as small: their messages are what a waiting rank answers.
   const size_t bytes = messages != nullptr ? 0 : args.count * elementSize;
+  const bool delayCredits = messages == nullptr && engine.creditFlushAfter_.count() > 0;
   const auto spinTime = engine.spinMaxBytes_ == 0 || bytes <= engine.spinMaxBytes_
                             ? engine.spinTime_
                             : std::chrono::microseconds(0);
@@ -194,7 +195,11 @@ void Engine::Run::execute(uint64_t startNs) {
       progress |= returnCredits(li, false);
       progress |= postSends(li);
     }
-    if (!progress) {
+    // Credits short of a batch go back at the first idle moment, when this rank waits anyway;
+    // where ranks outnumber cores that moment is another rank's core time, so they wait for
+    // creditFlushAfter_ of idling (Engine::setCreditFlushAfter). Point-to-point runs return
+    // them at once: a send completes only when its credits are back.
+    if (!progress && !delayCredits) {
       for (size_t li = 0; li < links.size(); ++li)
         progress |= returnCredits(li, true);
     }
@@ -222,6 +227,13 @@ void Engine::Run::execute(uint64_t startNs) {
     }
     if (peerAborted)
       onPeerAborted(now - lastProgress);
+    if (delayCredits && now - lastProgress >= engine.creditFlushAfter_) {
+      bool posted = false;
+      for (size_t li = 0; li < links.size(); ++li)
+        posted |= returnCredits(li, true);
+      if (posted)
+        continue;
+    }
     if (now - lastProgress > timeout)
       onNoProgress(now);
     ++idle;
