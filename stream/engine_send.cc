@@ -104,7 +104,7 @@ bool Engine::Run::postSends(size_t li) {
         if (op.peerCopies)
           inOurMemory = op.source;
       }
-      peerRead = inOurMemory != nullptr && wireBytes >= engine.singleCopyMinBytes_ &&
+      peerRead = inOurMemory != nullptr && wireBytes >= singleCopyMin &&
                  link.connection().peerReadsOurMemory();
       if (peerRead) {
         // Single copy: the peer copies the payload out of our memory itself; only the header
