@@ -263,7 +263,8 @@ void Communicator::setUpCostModel(const std::vector<PeerInfo>& infos) {
   costModel_.intraHost = stream::CostModel::measured(
       shmWithinHosts(transportEndpoints(infos)) ? "shm" : networkTransport_);
   costModel_.interHost = stream::CostModel::measured(networkTransport_);
-  costModel_.chunkBytes = static_cast<double>(config_.chunkBytes);
+  costModel_.chunkBytes = static_cast<double>(
+      pipelineChunkBytes(networkTransport_, transports_, config_.chunkBytes));
   costModel_.codecRatio = wireRatio(codec_.get());
 }
 
@@ -284,7 +285,8 @@ std::vector<monitoring::LinkCounters*> Communicator::startMetrics(
   std::vector<monitoring::LinkCounters*> counters(nranks_, nullptr);
   for (int p : plan.peers) {
     counters[p] = &metrics_->addLink(p, plan.transportOf[p]);
-    counters[p]->setChunkSize(static_cast<uint64_t>(config_.chunkBytes));
+    counters[p]->setChunkSize(static_cast<uint64_t>(
+        pipelineChunkBytes(networkTransport_, transports_, config_.chunkBytes)));
     counters[p]->setCodecRung(codec_ ? static_cast<int>(codec_->id()) : 0);
   }
   metrics_->setTransportInfo({{"device", networkTransport_},
@@ -308,9 +310,14 @@ void Communicator::startEngine(const std::vector<PeerInfo>& infos,
   engine_->setLinkCounters(std::move(counters));
   engine_->setTopology(topology_);
   engine_->setLinkMaker([this](const std::vector<int>& peers) { linkLater(peers); });
+  engine_->setChunkBytes(pipelineChunkBytes(networkTransport_, transports_, config_.chunkBytes));
   if (isAutoCodec(config_.codec)) {
+    // Its links start from the communicator's pipeline chunk (pipelineChunkBytes), then
+    // propose their own within GS_CHUNK_MIN_BYTES..GS_CHUNK_MAX_BYTES.
+    Config start = config_;
+    start.chunkBytes = engine_->chunkBytes();
     controller_ = std::make_unique<AdaptiveController>(
-        config_, std::vector<int>(plan.peers.begin(), plan.peers.end()));
+        start, std::vector<int>(plan.peers.begin(), plan.peers.end()));
     controller_->apply(*engine_, *metrics_);
   }
   const int localRanks = ranksOnHost(infos, infos[rank_].hostname, infos.size());
@@ -353,7 +360,7 @@ void Communicator::logReady(const LinkPlan& plan, const std::string& bindAddress
       "communicator ready: rank %d of %d on host %d of %d, transport %s on %s, %zu peers, "
       "chunk %lld B x %lld slots, GS_ALGO=%s",
       rank_, nranks_, topology_.hostOf[rank_], topology_.hosts(), transportName_.c_str(),
-      bindAddress.c_str(), plan.peers.size(), static_cast<long long>(config_.chunkBytes),
+      bindAddress.c_str(), plan.peers.size(), static_cast<long long>(engine_->chunkBytes()),
       static_cast<long long>(config_.slotsPerPeer), config_.algo.c_str());
 }
 

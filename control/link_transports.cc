@@ -1,9 +1,11 @@
 #include "control/link_transports.h"
 
+#include <algorithm>
 #include <atomic>
 #include <exception>
 #include <map>
 
+#include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "transport/device.h"
@@ -70,6 +72,17 @@ bool shmWithinHosts(const std::vector<TransportEndpoint>& ranks) {
       return false;
   }
   return sharedHost;
+}
+
+int64_t pipelineChunkBytes(const std::string& networkTransport,
+                           const std::vector<TransportEndpoint>& ranks,
+                           int64_t configured) {
+  if (networkTransport != "tcp" || configured != Config{}.chunkBytes || ranks.size() < 2)
+    return configured;
+  const bool oneHost = std::all_of(ranks.begin(), ranks.end(), [&](const TransportEndpoint& r) {
+    return r.hostname == ranks.front().hostname;
+  });
+  return oneHost && shmWithinHosts(ranks) ? configured : kTcpChunkBytes;
 }
 
 std::string linkTransportsName(const std::string& networkTransport,

@@ -95,5 +95,26 @@ TEST(LinkTransports, RanksOfOneProcessAndHostNameUseShm) {
   EXPECT_FALSE(shmWithinHosts({a, bElsewhere}));
 }
 
+// Over tcp the default chunk is cut to 256 KiB wherever some pair talks over tcp; a chunk the
+// user chose, other transports, and one host with shm between all ranks keep it as configured.
+TEST(LinkTransports, TcpCommunicatorsPipelineInSmallerChunksAtTheDefault) {
+  ShmState s0 = ShmState::kOff, s1 = ShmState::kOff;
+  auto d0 = openShmDevice("tcp", optionsFor(0, 2, true), s0);
+  auto d1 = openShmDevice("tcp", optionsFor(1, 2, true), s1);
+  ASSERT_NE(d0, nullptr) << "the shm transport did not open";
+  ASSERT_NE(d1, nullptr) << "the shm transport did not open";
+  const TransportEndpoint a{"h0", d0->address()}, b{"h0", d1->address()};
+  const TransportEndpoint bElsewhere{"h1", d1->address()}, bNoShm{"h0", {}};
+  const int64_t def = Config{}.chunkBytes;                 // GS_CHUNK_BYTES left at its default
+  EXPECT_EQ(pipelineChunkBytes("tcp", {a, b}, def), def);  // all over shm
+  EXPECT_EQ(pipelineChunkBytes("tcp", {a, bElsewhere}, def), kTcpChunkBytes);  // two hosts
+  EXPECT_EQ(pipelineChunkBytes("tcp", {a, bNoShm}, def), kTcpChunkBytes);      // GS_SHM=0 on one
+  EXPECT_EQ(pipelineChunkBytes("tcp", {a, b, bElsewhere}, def), kTcpChunkBytes);
+  EXPECT_EQ(pipelineChunkBytes("tcp", {a, bElsewhere}, 4 << 20), 4 << 20);  // chosen by the user
+  EXPECT_EQ(pipelineChunkBytes("verbs", {a, bElsewhere}, def), def);
+  EXPECT_EQ(pipelineChunkBytes("loopback", {a, bNoShm}, def), def);
+  EXPECT_EQ(pipelineChunkBytes("tcp", {bNoShm}, def), def);  // one rank: no link
+}
+
 }  // namespace
 }  // namespace gs::control
