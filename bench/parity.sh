@@ -16,7 +16,10 @@ perf=$build/tools/gradstream-perf
 mpi=$build/bench/mpi_allreduce
 [[ -x $perf ]] || { echo "parity.sh: $perf missing (build first)" >&2; exit 1; }
 [[ -x $mpi ]] || "$root/bench/build_peers.sh" >&2
-sweep=(-b "${MIN:-8}" -e "${MAX:-64M}" -f "${FACTOR:-8}" -n "${ITERS:-10}" -w 2)
+# Warm-up: 8 calls, so that every receive slot (GS_SLOTS_PER_PEER = 8) has been written once
+# before the timing: the first write into each slot page faults (2 ranks, 256 KiB reduce over shm:
+# the first 5-7 calls took 150-220 us, then 24; with -w 2 the median was 414-497 us).
+sweep=(-b "${MIN:-8}" -e "${MAX:-64M}" -f "${FACTOR:-8}" -n "${ITERS:-10}" -w "${WARMUP:-8}")
 limit=${LIMIT:-300}
 
 times() { awk '!/^#/ && NF >= 6 { print $1, $6 }'; }
