@@ -397,8 +397,7 @@ Communicator::Stats Communicator::stats() const {
 void Communicator::run(const stream::CollectiveArgs& args, CUstream_st* cudaStream) {
   checkUsable();
   if (args.kind == stream::CollectiveKind::kPointToPoint) {
-    checkMessage(args, cudaStream, bufferDevice(args.sending ? args.send : args.recv));
-    runMessage(args);
+    runMessage(args, cudaStream);
     return;
   }
   std::unique_lock<std::mutex> lock(queueMutex_);
@@ -435,8 +434,6 @@ std::shared_ptr<Request> Communicator::submit(const stream::CollectiveArgs& args
   std::unique_ptr<StreamMark> issued;
   codecs::DeviceMemory* memory = deviceMemory();
   const int device = memory != nullptr ? collectiveDevice(*memory, args) : -1;
-  if (args.kind == stream::CollectiveKind::kPointToPoint)
-    checkMessage(args, cudaStream, device);
   if (device >= 0 || cudaStream != nullptr) {
     checkStreamUsable(memory);
     issued = std::make_unique<StreamMark>(deviceMemory_, cudaStream, device);

@@ -22,6 +22,7 @@
 #include "control/device_staging.h"
 #include "control/last_collective.h"
 #include "control/link_transports.h"
+#include "control/message_staging.h"
 #include "control/peer_links.h"
 #include "control/unique_id.h"
 #include "monitoring/metrics.h"
@@ -223,10 +224,11 @@ class Communicator {
   /// Runs one request taken off the queue to completion (progress thread or a waiter).
   void runQueued(const std::shared_ptr<Request>& request, const Request* waiter);
   /// gs_send / gs_recv: queued like gs_isend / gs_irecv (so they run with the messages around
-  /// them) and waited for.
-  void runMessage(const stream::CollectiveArgs& args);
-  /// Host buffers only for now: device memory or a CUDA stream is kUnsupported.
-  void checkMessage(const stream::CollectiveArgs& args, CUstream_st* cudaStream, int device) const;
+  /// them) and waited for. Device buffers or a stream: as submit() (a StreamMark at the call,
+  /// the copies through MessageStaging); returns once a received message is in device memory.
+  void runMessage(const stream::CollectiveArgs& args, CUstream_st* cudaStream);
+  /// The pinned staging of device-buffer messages (made on first use; holds execMutex_).
+  MessageStaging& messageStaging();
 
   /// Holds execMutex_. record: count it as one collective in the metrics and stats (pieces of
   /// a staged call are counted once, by runStaged).
@@ -303,6 +305,7 @@ class Communicator {
   std::shared_ptr<codecs::DeviceMemory> deviceMemory_;  // null: no CUDA here
   std::string deviceMemoryUnavailable_;                 // why, when null
   std::unique_ptr<DeviceStaging> staging_;              // first device-buffer call
+  std::unique_ptr<MessageStaging> messageStaging_;      // first device-buffer message
   bool stagingLogged_ = false;                          // the path's info line went out
   std::mutex execMutex_;  // one collective at a time; guards the links and engine
   mutable std::mutex stateMutex_;

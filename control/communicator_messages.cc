@@ -1,8 +1,13 @@
 // Point-to-point messages on a communicator (gs_send / gs_recv / gs_isend / gs_irecv): they
 // share the request queue with the collectives, so everything completes in issue order, and
 // the progress thread runs a series of consecutive messages as one engine run that messages
-// posted later join (both ends of an exchange may post their sends first).
+// posted later join (both ends of an exchange may post their sends first). Messages on device
+// buffers go through the communicator's pinned pool (control/message_staging.h): a send is
+// copied to pinned memory when it joins the run, a receive copied to the device when it is
+// complete.
 #include <chrono>
+#include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -23,17 +28,8 @@ stream::PointToPointOp opOf(const stream::CollectiveArgs& a) {
 
 }  // namespace
 
-void Communicator::checkMessage(const stream::CollectiveArgs& args,
-                                CUstream_st* cudaStream,
-                                int device) const {
-  // The peer is checked where the call enters (capi) and again by the engine.
-  GS_CHECK(device < 0 && cudaStream == nullptr, Errc::kUnsupported,
-           "point-to-point messages take host buffers and no CUDA stream for now (%s)",
-           device >= 0 ? "the buffer is device memory" : "a stream was given");
-}
-
-void Communicator::runMessage(const stream::CollectiveArgs& args) {
-  auto request = submit(args, nullptr);
+void Communicator::runMessage(const stream::CollectiveArgs& args, CUstream_st* cudaStream) {
+  auto request = submit(args, cudaStream);
   // The engine bounds the wait (the timeout, a peer's failure); this thread usually runs the
   // message itself (wait()).
   while (!wait(request, Deadline::afterMs(60'000))) {
@@ -42,54 +38,144 @@ void Communicator::runMessage(const stream::CollectiveArgs& args) {
     throw Error(request->status(), request->message());
 }
 
+MessageStaging& Communicator::messageStaging() {
+  if (!messageStaging_) {
+    // The collectives' pinned budget (two slots) stays pooled between runs.
+    messageStaging_ = std::make_unique<MessageStaging>(deviceMemory_, 2 * config_.stagingBytes,
+                                                       config_.timeoutMs, aborted_);
+  }
+  return *messageStaging_;
+}
+
 void Communicator::runMessages(const std::shared_ptr<Request>& first, const Request* waiter) {
-  std::vector<std::shared_ptr<Request>> batch{first};
+  std::vector<std::shared_ptr<Request>> batch;
+  // By batch index: the pinned buffer a device message travels through (null: none).
+  std::vector<void*> pinned;
   size_t completed = 0;
   uint64_t bytes = 0;
+  uint64_t toHost = 0, toDevice = 0;
+  // What the engine runs for a request: its host buffer, or for device memory a pinned one
+  // (holding a send's bytes once this returns). Host buffers with a stream wait for the mark.
+  auto admit = [&](const std::shared_ptr<Request>& request) {
+    batch.push_back(request);
+    pinned.push_back(nullptr);
+    stream::PointToPointOp op = opOf(request->args());
+    const StreamMark* issued = request->issued();
+    if (issued == nullptr)
+      return op;
+    const size_t size = op.count * elementSize(op.dtype);
+    const std::string what =
+        formatString("the %s of %zu bytes %s rank %d (%s)", op.send ? "send" : "receive", size,
+                     op.send ? "to" : "from", op.peer, op.send ? "sendbuff" : "recvbuff");
+    MessageStaging& staging = messageStaging();
+    if (size == 0 || deviceMemory_->deviceOf(op.buffer) < 0) {
+      staging.waitFor(*issued, what.c_str());
+      return op;
+    }
+    void* host = staging.acquire(size);
+    pinned.back() = host;
+    if (op.send) {
+      staging.copy(host, op.buffer, size, *issued, what.c_str());
+      toHost += size;
+    }
+    op.buffer = host;
+    return op;
+  };
   stream::PointToPointFeed feed;
   feed.more = [&] {
     std::vector<stream::PointToPointOp> ops;
     if (waiter != nullptr && waiter->done())
       return ops;  // the waiting thread goes back to its caller; the progress thread goes on
-    std::lock_guard<std::mutex> lock(queueMutex_);
-    while (!queue_.empty() && queue_.front()->isMessage()) {
-      batch.push_back(queue_.front());
-      ops.push_back(opOf(queue_.front()->args()));
-      queue_.pop_front();
+    std::vector<std::shared_ptr<Request>> taken;
+    {
+      std::lock_guard<std::mutex> lock(queueMutex_);
+      while (!queue_.empty() && queue_.front()->isMessage()) {
+        taken.push_back(queue_.front());
+        queue_.pop_front();
+      }
+    }
+    // Staged outside the queue lock (a device send waits for its copy). Taken requests are
+    // in the batch at once: a failure completes them too.
+    for (size_t i = 0; i < taken.size(); ++i) {
+      try {
+        ops.push_back(admit(taken[i]));
+      } catch (...) {
+        for (size_t j = i + 1; j < taken.size(); ++j) {
+          batch.push_back(taken[j]);
+          pinned.push_back(nullptr);
+        }
+        throw;
+      }
     }
     return ops;
   };
   feed.completed = [&](size_t index) {
     const auto& a = batch[index]->args();
-    bytes += a.count * elementSize(a.dtype);
+    const size_t size = a.count * elementSize(a.dtype);
+    if (pinned[index] != nullptr) {
+      MessageStaging& staging = messageStaging();
+      if (!a.sending) {
+        const std::string what =
+            formatString("the receive of %zu bytes from rank %d (recvbuff)", size, a.peer);
+        staging.copy(a.recv, pinned[index], size, *batch[index]->issued(), what.c_str());
+        toDevice += size;
+      }
+      staging.release(pinned[index]);
+      pinned[index] = nullptr;
+    }
+    bytes += size;
     completed = index + 1;
     batch[index]->complete(Errc::kOk, "");
   };
   try {
     std::lock_guard<std::mutex> lock(execMutex_);
+    struct Trim {  // the engine's run (and its registrations) is over by then
+      Communicator* self;
+      std::vector<void*>& pinned;
+      ~Trim() {
+        if (!self->messageStaging_)
+          return;
+        for (void* p : pinned) {
+          if (p != nullptr)
+            self->messageStaging_->release(p);
+        }
+        self->messageStaging_->trim();
+      }
+    } trim{this, pinned};
     checkUsable();
-    stream::CollectiveArgs base;
-    base.kind = stream::CollectiveKind::kPointToPoint;
-    // Floats the codec supports travel encoded (engine: per message); codec=auto follows the
-    // controller's rung per link, as the collectives left it.
-    base.codec = codec_.get();
-    base.adaptive = controller_ != nullptr;
     try {
+      stream::CollectiveArgs base;
+      base.kind = stream::CollectiveKind::kPointToPoint;
+      // Floats the codec supports travel encoded (engine: per message); codec=auto follows the
+      // controller's rung per link, as the collectives left it.
+      base.codec = codec_.get();
+      base.adaptive = controller_ != nullptr;
+      std::vector<stream::PointToPointOp> firstOps{admit(first)};
       metrics_->beginCollective();
-      engine_->runPointToPoint(base, {opOf(first->args())}, feed);
+      engine_->runPointToPoint(base, std::move(firstOps), feed);
       stream::CollectiveArgs summary;
       summary.kind = stream::CollectiveKind::kPointToPoint;
       summary.dtype = DataType::kUInt8;
       summary.count = bytes;
+      if (toHost + toDevice > 0)
+        metrics_->recordStaged(toHost, toDevice);
       recordCollective(summary, static_cast<double>(engine_->lastStats().elapsedNs) * 1e-9);
     } catch (const Error& e) {
+      if (toHost + toDevice > 0)
+        metrics_->recordStaged(toHost, toDevice);
       fail(e);
+      // A rank whose staging failed would leave its peers waiting for its messages.
+      engine_->notifyPeers(e.code(), e.what());  // a no-op after the engine's run did
       throw;
     }
   } catch (const Error& e) {
+    if (batch.empty())
+      batch.push_back(first);
     for (size_t i = completed; i < batch.size(); ++i)
       batch[i]->complete(e.code(), e.what());
   } catch (const std::exception& e) {
+    if (batch.empty())
+      batch.push_back(first);
     for (size_t i = completed; i < batch.size(); ++i)
       batch[i]->complete(Errc::kInternal, e.what());
   }

@@ -227,8 +227,10 @@ typedef struct {
   char transport[32];          /**< what carries this rank's links: "tcp", "verbs", "loopback",
                                     "shm" (all same-host peers), "shm+tcp" / "shm+verbs" (both) */
   char device_path[32];        /**< how CUDA device buffers travel: "pinned_host_staging" once a
-                                    collective on device buffers ran, "" before */
-  uint64_t staged_collectives; /**< collectives on device buffers, and the bytes they copied */
+                                    collective or message on device buffers ran, "" before */
+  uint64_t staged_collectives; /**< collectives on device buffers (a run of point-to-point
+                                    messages with device buffers counts once), and the bytes
+                                    they copied */
   uint64_t staged_to_host_bytes;
   uint64_t staged_to_device_bytes;
   uint64_t buffer_registrations;    /**< registrations of callers' buffers with a transport
@@ -347,8 +349,19 @@ GS_API gs_status_t gs_alltoallv(const void* sendbuff,
  * no link (the ring's and the algorithms' neighbours do) sets one up; both ranks reach it at
  * their first message to each other.
  *
- * peer must be another rank of comm (not this one). Host buffers only for now: device memory
- * or a non-NULL stream is GS_ERR_UNSUPPORTED.
+ * peer must be another rank of comm (not this one).
+ *
+ * CUDA: buff may be device memory; then the message travels through a pinned host buffer of
+ * the communicator's pool (reused across messages, at most 2 x GS_STAGING_BYTES kept between
+ * messages, freed by gs_comm_destroy). A send's bytes are copied device -> pinned on the
+ * communicator's own stream after the work enqueued on `stream` (NULL: the legacy default
+ * stream) before the call (gs_send) or before the request was issued (gs_isend): what that
+ * work wrote is what is sent. A receive's bytes are copied pinned -> device once the whole
+ * message arrived (also after that earlier work), and gs_recv returns, or gs_irecv's request
+ * completes (gs_test / gs_wait / callback), only once they are in device memory: any stream
+ * and the host may then read buff. A failed receive (a count mismatch, a peer's failure)
+ * writes nothing to buff. Host buffers with a non-NULL stream first wait for the work
+ * enqueued on it, as the collectives do. Waits for the device are bounded by the timeout.
  */
 GS_API gs_status_t gs_send(const void* buff,
                            size_t count,

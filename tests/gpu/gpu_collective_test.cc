@@ -290,6 +290,56 @@ TEST_P(GpuCollective, GradientStreamOnADeviceBufferMatchesAHostOneWithErrorFeedb
   });
 }
 
+TEST_P(GpuCollective, SendRecvOnDeviceBuffersFollowTheStreams) {
+  // gs_send of a device buffer its stream writes 30 ms after the call is made (the written
+  // values travel), gs_recv into a device buffer a copy on the receiver's stream then reads;
+  // then an exchange of gs_isend + gs_irecv posted by both ranks before either waits.
+  constexpr int kRanks = 2;
+  const size_t count = 300007;
+  runRanks(kRanks, options(), [&](int r, gs_comm_t comm) {
+    cudaStream_t s;
+    ASSERT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    auto* cs = reinterpret_cast<CUstream_st*>(s);
+    DeviceBuffer send(count * 4), recv(count * 4);
+    ASSERT_NE(send.p, nullptr);
+    ASSERT_NE(recv.p, nullptr);
+    std::vector<float> in(count), out(count);
+    for (size_t i = 0; i < count; ++i)
+      in[i] = inputValue(r, i);
+    ASSERT_CUDA(cudaMemset(send.p, 0, count * 4));
+    ASSERT_CUDA(cudaMemset(recv.p, 0, count * 4));
+    static int ms = 30;
+    if (r == 0) {
+      ASSERT_CUDA(cudaLaunchHostFunc(s, sleepOnStream, &ms));
+      ASSERT_CUDA(cudaMemcpyAsync(send.p, in.data(), count * 4, cudaMemcpyHostToDevice, s));
+      ASSERT_EQ(gs_send(send.p, count, GS_FLOAT32, 1, comm, cs), GS_OK) << gs_last_error();
+    } else {
+      ASSERT_EQ(gs_recv(recv.p, count, GS_FLOAT32, 0, comm, cs), GS_OK) << gs_last_error();
+      ASSERT_CUDA(cudaMemcpyAsync(out.data(), recv.p, count * 4, cudaMemcpyDeviceToHost, s));
+      ASSERT_CUDA(cudaStreamSynchronize(s));
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_EQ(out[i], inputValue(0, i)) << "element " << i;
+    }
+    ASSERT_CUDA(cudaStreamSynchronize(s));
+    ASSERT_CUDA(cudaMemcpy(send.p, in.data(), count * 4, cudaMemcpyHostToDevice));
+    gs_request_t reqs[2] = {nullptr, nullptr};
+    ASSERT_EQ(gs_isend(send.p, count, GS_FLOAT32, 1 - r, comm, cs, &reqs[0]), GS_OK)
+        << gs_last_error();
+    ASSERT_EQ(gs_irecv(recv.p, count, GS_FLOAT32, 1 - r, comm, cs, &reqs[1]), GS_OK)
+        << gs_last_error();
+    for (gs_request_t req : reqs) {
+      EXPECT_EQ(gs_wait(req, 20000), GS_OK) << gs_last_error();
+      EXPECT_EQ(gs_request_free(req), GS_OK);
+    }
+    // Complete: the data is in device memory, for any stream.
+    ASSERT_CUDA(cudaMemcpy(out.data(), recv.p, count * 4, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < count; ++i)
+      ASSERT_EQ(out[i], inputValue(1 - r, i)) << "rank " << r << " element " << i;
+    ASSERT_CUDA(cudaStreamSynchronize(s));
+    cudaStreamDestroy(s);
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports,
                          GpuCollective,
                          ::testing::Values("shm", "tcp"),

@@ -447,41 +447,41 @@ class ProcessGroupGradstream(dist.ProcessGroup):
     # dist.send / recv / isend / irecv reach these with the peer as a group rank, and so does
     # batch_isend_irecv (on a Python ProcessGroup it calls isend / irecv per op). Tags are
     # ignored: messages between two ranks match in posting order, as NCCL's do.
+    # CUDA tensors go with the current stream, as the collectives' do (pinned host staging,
+    # README "Device buffers"): a send reads what the stream's earlier work wrote, and a
+    # receive's Work completes once the message is in the tensor.
     def _begin_p2p(self, tensors, peer, what):
-        device, _ = self._begin(tensors, f"{what} tensor")
-        if device.type == "cuda":
-            raise RuntimeError(f"gradstream backend: {what} of CUDA tensors is not supported yet "
-                               "(host buffers only); move the tensor to the CPU")
+        device, stream = self._begin(tensors, f"{what} tensor")
         self._check_rank(peer, f"{what} peer")
         if peer == self._group_rank:
             raise ValueError(f"gradstream: {what} with itself (group rank {peer}); a message "
                              "needs another rank of the group")
-        return device
+        return device, stream
 
     def send(self, tensors, dstRank, tag=0):
         """One message per tensor, in list order; the Work completes once dstRank received all
         of them (rendezvous), so the tensors may be reused then."""
-        device = self._begin_p2p(tensors, dstRank, "send")
+        device, stream = self._begin_p2p(tensors, dstRank, "send")
         future = T.new_future(device)
         done = _Completion(future, tensors, len(tensors), "send")
         for t in tensors:
             buf = t.contiguous()
             done.hold(buf)
             self._comm.isend(buf.data_ptr(), buf.numel(), T.gs_dtype(buf, "send tensor"),
-                             dstRank, done)
+                             dstRank, done, stream)
         return self._work(future)
 
     def recv(self, tensors, srcRank, tag=0):
         """The next messages from srcRank into the tensors (a non-contiguous one through a
         staged copy, written back); count and dtype must be the sender's."""
-        device = self._begin_p2p(tensors, srcRank, "recv")
+        device, stream = self._begin_p2p(tensors, srcRank, "recv")
         future = T.new_future(device)
         staged = [T.contiguous(t) for t in tensors]
         done = _Completion(future, tensors, len(tensors), "recv",
                            [wb for _, wb in staged if wb is not None])
         for buf, _ in staged:
             self._comm.irecv(buf.data_ptr(), buf.numel(), T.gs_dtype(buf, "recv tensor"),
-                             srcRank, done)
+                             srcRank, done, stream)
         return self._work(future)
 
     def recv_anysource(self, tensors, tag=0):

@@ -31,6 +31,7 @@ struct Options {
   int64_t timeoutMs = 20000;
   std::string codec = "raw";
   std::string transport = "tcp";
+  bool shm = false;  // same-host links over shared memory instead of the transport
 };
 
 // Runs body(rank, comm) on nranks communicators sharing one fake device; returns each rank's
@@ -41,7 +42,7 @@ inline std::vector<std::string> runRanks(int nranks,
                                          const std::function<void(int, Communicator&)>& body) {
   Config cfg;
   cfg.transport = opt.transport;
-  cfg.shm = false;
+  cfg.shm = opt.shm;
   cfg.timeoutMs = opt.timeoutMs;
   cfg.stagingBytes = opt.stagingBytes;
   cfg.codec = opt.codec;
