@@ -194,6 +194,7 @@ void Engine::run(const CollectiveArgs& args) {
     raiseDeferredAbort(args.kind, id);
   if (Link* link = smallExchangeLink(args)) {
     runSmall(args, *link, id, startNs);
+    ++completedCollectives_;
     return;
   }
   Prepared& p = prepare(args);
@@ -222,6 +223,7 @@ void Engine::run(const CollectiveArgs& args) {
   }
   if (p.schedule.steps.empty()) {
     stats_.elapsedNs = nowNs() - startNs;
+    ++completedCollectives_;
     return;
   }
 
@@ -248,6 +250,7 @@ void Engine::run(const CollectiveArgs& args) {
   const uint64_t endNs = nowNs();
   stats_.elapsedNs = endNs - startNs;
   Run::finishLinks(p.links, startNs, endNs);
+  ++completedCollectives_;
 }
 
 void Engine::Run::finishLinks(std::vector<LinkRun>& links, uint64_t startNs, uint64_t endNs) {

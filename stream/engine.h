@@ -250,6 +250,9 @@ class Engine {
   // A peer's abort that arrived during a call which still completed with what had arrived
   // before it (Run::keepPeerAbort): every later call fails with its notice at once. Null: none.
   const Link* deferredAbort_ = nullptr;
+  // Collectives that completed on this rank (run() returned): told to the peers in a failure
+  // notice (FailureNotice::senderCompleted).
+  uint32_t completedCollectives_ = 0;
   [[noreturn]] void raiseDeferredAbort(CollectiveKind kind, uint32_t id);
   // Tells the peers (notifyPeers) and throws this rank's error for the notice: "<call> #<id>
   // on rank <r>: <cause>". passedOnBy: the peer it came from (-1: found here).

@@ -228,6 +228,8 @@ void Engine::notifyPeers(const FailureNotice& notice) noexcept {
   if (notified_)
     return;
   notified_ = true;
+  FailureNotice sent = notice;  // passed on unchanged, but for this rank's own progress
+  sent.senderCompleted = completedCollectives_;
   // Per link: the notice has left; the peer is done with it (it passed a notice back: every
   // rank that learns of a failure tells all its links, this one included) or is gone.
   struct Telling {
@@ -243,7 +245,7 @@ void Engine::notifyPeers(const FailureNotice& notice) noexcept {
     // The cause goes into the peer's notice page, the abort message names the rank at fault
     // (all a peer has if the notice cannot be read). Best effort: a full queue or a dead
     // connection just means this peer learns by timeout.
-    const size_t bytes = encodeNotice(notice, link->noticeStaging(), SlotLayout::kNoticeBytes);
+    const size_t bytes = encodeNotice(sent, link->noticeStaging(), SlotLayout::kNoticeBytes);
     const transport::LocalSegment segment{&link->headerRegion(), link->noticeStagingOffset(),
                                           bytes};
     if (link->connection().postWrite(std::span<const transport::LocalSegment>(&segment, 1),

@@ -104,13 +104,17 @@ void Engine::Run::onRemoteWrite(size_t li, const Completion& c) {
       onControl(li, static_cast<ControlCode>(payload));
       break;
     case ImmTag::kAbort:
-      // The peer gave up (on this call, or on a later one while this rank still finishes this
-      // one: a rank that is done with a call goes on to the next). Chunks it sent before may
-      // be all this call still needs from it: the call goes on with them and fails only once
-      // it waits for this peer (onPeerAborted). Failing at once failed calls whose data had
-      // all arrived, on ranks the failure did not concern.
+      // The peer gave up. On this collective (or a notice without its progress, or a message
+      // run, whose peers' progress is not counted): this call fails, as on the peer. On a later
+      // call, this one completed there (a rank done with a call goes on to the next), and the
+      // chunks it sent before may be all this call still needs from it: it goes on with them
+      // and fails only once it waits for this peer (onPeerAborted); the next call fails with
+      // the notice. Failing at once failed a collective, on a rank the failure did not concern,
+      // that every other rank had completed.
       link.abortReceived = true;
       link.abortNotice = noticeFrom(link, c);
+      if (messages != nullptr || link.abortNotice.senderCompleted <= collectiveId)
+        raise(link.abortNotice, link.peer());
       peerAborted = true;
       break;
     default:

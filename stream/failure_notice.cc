@@ -7,7 +7,7 @@ namespace gs::stream {
 namespace {
 
 constexpr uint32_t kNoticeMagic = 0x4e465347;  // "GSFN"
-constexpr uint16_t kNoticeVersion = 1;
+constexpr uint16_t kNoticeVersion = 2;  // 2: senderCompleted
 
 // Little-endian on the wire like the chunk header: every supported host is.
 struct NoticeHeader {
@@ -17,8 +17,9 @@ struct NoticeHeader {
   int32_t origin;
   int32_t detector;
   uint32_t causeBytes;
+  uint32_t senderCompleted;
 };
-static_assert(sizeof(NoticeHeader) == 20);
+static_assert(sizeof(NoticeHeader) == 24);
 
 bool isFailure(int code) {
   return code <= static_cast<int>(Errc::kInvalidArgument) &&
@@ -32,8 +33,10 @@ size_t encodeNotice(const FailureNotice& notice, uint8_t* buf, size_t capacity) 
     return 0;
   const size_t causeBytes =
       std::min({notice.cause.size(), kMaxNoticeCause, capacity - sizeof(NoticeHeader)});
-  NoticeHeader h{kNoticeMagic,  kNoticeVersion,  static_cast<int16_t>(notice.code),
-                 notice.origin, notice.detector, static_cast<uint32_t>(causeBytes)};
+  NoticeHeader h{kNoticeMagic,     kNoticeVersion,
+                 static_cast<int16_t>(notice.code), notice.origin,
+                 notice.detector, static_cast<uint32_t>(causeBytes),
+                 notice.senderCompleted};
   memcpy(buf, &h, sizeof(h));
   memcpy(buf + sizeof(h), notice.cause.data(), causeBytes);
   return sizeof(h) + causeBytes;
@@ -53,6 +56,7 @@ std::optional<FailureNotice> decodeNotice(const uint8_t* buf, size_t length, int
   n.code = static_cast<Errc>(h.code);
   n.origin = h.origin;
   n.detector = h.detector;
+  n.senderCompleted = h.senderCompleted;
   n.cause.assign(reinterpret_cast<const char*>(buf + sizeof(h)), h.causeBytes);
   for (char& c : n.cause) {
     if (c < 0x20 || c > 0x7e)

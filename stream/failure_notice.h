@@ -18,6 +18,11 @@ struct FailureNotice {
   int origin = -1;    // the rank at fault (the one all waits lead back to)
   int detector = -1;  // the rank that found out
   std::string cause;  // without the rank's own context: "count differs between ranks: ..."
+  // Not part of the cause: how many collectives the rank that sent this notice completed before
+  // it gave up (Engine::notifyPeers sets it per sender). A peer still running a collective that
+  // the sender completed may finish it with what the sender sent (Engine::Run::onRemoteWrite);
+  // one the sender had not completed fails, as on the sender.
+  uint32_t senderCompleted = 0;
 };
 
 /// Largest cause text a notice carries (longer ones are cut).

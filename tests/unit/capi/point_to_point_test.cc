@@ -472,9 +472,51 @@ TEST_P(AbortAfterTheData, ACallWhoseDataArrivedCompletesTheNextOneFails) {
   EXPECT_LT(nextSeconds, 1.0) << "the next call must fail at once, not at its deadline";
 }
 
+// The other side of it: rank 0 gives up inside a collective (gs_comm_abort) after its chunk
+// left, and rank 1 joins that collective only then: the chunk and the abort wait for it in one
+// connection. Rank 0 completed no collective, so rank 1's fails too, rather than completing a
+// collective that failed on rank 0.
+TEST_P(AbortAfterTheData, ACollectiveThePeerGaveUpInFailsThoughItsDataArrived) {
+  RankOptions opt;
+  opt.transport = GetParam();
+  opt.timeoutMs = 5000;
+  std::atomic<bool> zeroFailed{false}, oneDone{false};
+  gs_status_t zero = GS_OK, one = GS_OK;
+  std::string oneMsg;
+  runRanks(2, opt, [&](int rank, gs_comm_t comm) {
+    std::vector<float> buf(1000, 1.0f);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    if (rank == 0) {
+      std::thread aborter([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        gs_comm_abort(comm);
+      });
+      zero = gs_allreduce(buf.data(), buf.data(), buf.size(), GS_FLOAT32, GS_SUM, comm, nullptr);
+      aborter.join();
+      zeroFailed = true;
+      while (!oneDone.load() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return;
+    }
+    while (!zeroFailed.load() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    one = gs_allreduce(buf.data(), buf.data(), buf.size(), GS_FLOAT32, GS_SUM, comm, nullptr);
+    oneMsg = gs_last_error();
+    oneDone = true;
+  });
+  EXPECT_EQ(zero, GS_ERR_ABORTED);
+  EXPECT_TRUE(one == GS_ERR_ABORTED || one == GS_ERR_REMOTE) << gs_status_string(one) << oneMsg;
+  EXPECT_NE(oneMsg.find("rank 0"), std::string::npos) << oneMsg;
+}
+
+// Named like transportRanksName ("shm_3ranks"): the verbs run in the VM leaves out */shm_*.
 INSTANTIATE_TEST_SUITE_P(Transports,
                          AbortAfterTheData,
-                         ::testing::Values("loopback", "tcp", "shm"));
+                         ::testing::Values("loopback", "tcp", "shm"),
+                         [](const ::testing::TestParamInfo<const char*>& p) {
+                           return std::string(p.param) + "_3ranks";
+                         });
 
 // A receive whose sender never posts fails at the deadline naming the sender.
 TEST(PointToPointErrors, APeerThatNeverSendsIsNamedAtTheDeadline) {

@@ -17,7 +17,7 @@ std::vector<uint8_t> encoded(const FailureNotice& n) {
 }
 
 TEST(FailureNotice, RoundTrips) {
-  const FailureNotice n{Errc::kInvalidArgument, 2, 3, "count differs between ranks"};
+  const FailureNotice n{Errc::kInvalidArgument, 2, 3, "count differs between ranks", 70000};
   const auto buf = encoded(n);
   const auto d = decodeNotice(buf.data(), buf.size(), 4);
   ASSERT_TRUE(d.has_value());
@@ -25,6 +25,7 @@ TEST(FailureNotice, RoundTrips) {
   EXPECT_EQ(d->origin, 2);
   EXPECT_EQ(d->detector, 3);
   EXPECT_EQ(d->cause, n.cause);
+  EXPECT_EQ(d->senderCompleted, 70000u);
 }
 
 TEST(FailureNotice, LongCausesAreCutNotOverrun) {
@@ -35,7 +36,7 @@ TEST(FailureNotice, LongCausesAreCutNotOverrun) {
   const auto d = decodeNotice(small.data(), used, 2);
   ASSERT_TRUE(d.has_value());
   EXPECT_EQ(d->cause, std::string(d->cause.size(), 'x'));
-  EXPECT_EQ(d->cause.size(), used - 20);  // all the room after the 20-byte header
+  EXPECT_EQ(d->cause.size(), used - 24);  // all the room after the 24-byte header
   const auto big = encoded(n);
   EXPECT_EQ(decodeNotice(big.data(), big.size(), 2)->cause.size(), kMaxNoticeCause);
 }
