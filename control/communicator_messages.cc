@@ -53,7 +53,6 @@ void Communicator::runMessages(const std::shared_ptr<Request>& first, const Requ
   std::vector<void*> pinned;
   size_t completed = 0;
   uint64_t bytes = 0;
-  uint64_t toHost = 0, toDevice = 0;
   // What the engine runs for a request: its host buffer, or for device memory a pinned one
   // (holding a send's bytes once this returns). Host buffers with a stream wait for the mark.
   auto admit = [&](const std::shared_ptr<Request>& request) {
@@ -74,10 +73,8 @@ void Communicator::runMessages(const std::shared_ptr<Request>& first, const Requ
     }
     void* host = staging.acquire(size);
     pinned.back() = host;
-    if (op.send) {
+    if (op.send)
       staging.copy(host, op.buffer, size, *issued, what.c_str());
-      toHost += size;
-    }
     op.buffer = host;
     return op;
   };
@@ -118,10 +115,11 @@ void Communicator::runMessages(const std::shared_ptr<Request>& first, const Requ
         const std::string what =
             formatString("the receive of %zu bytes from rank %d (recvbuff)", size, a.peer);
         staging.copy(a.recv, pinned[index], size, *batch[index]->issued(), what.c_str());
-        toDevice += size;
       }
       staging.release(pinned[index]);
       pinned[index] = nullptr;
+      // Counted before the request completes: its caller may read gs_comm_stats at once.
+      metrics_->recordStaged(a.sending ? size : 0, a.sending ? 0 : size);
     }
     bytes += size;
     completed = index + 1;
@@ -157,12 +155,8 @@ void Communicator::runMessages(const std::shared_ptr<Request>& first, const Requ
       summary.kind = stream::CollectiveKind::kPointToPoint;
       summary.dtype = DataType::kUInt8;
       summary.count = bytes;
-      if (toHost + toDevice > 0)
-        metrics_->recordStaged(toHost, toDevice);
       recordCollective(summary, static_cast<double>(engine_->lastStats().elapsedNs) * 1e-9);
     } catch (const Error& e) {
-      if (toHost + toDevice > 0)
-        metrics_->recordStaged(toHost, toDevice);
       fail(e);
       // A rank whose staging failed would leave its peers waiting for its messages.
       engine_->notifyPeers(e.code(), e.what());  // a no-op after the engine's run did

@@ -228,9 +228,8 @@ typedef struct {
                                     "shm" (all same-host peers), "shm+tcp" / "shm+verbs" (both) */
   char device_path[32];        /**< how CUDA device buffers travel: "pinned_host_staging" once a
                                     collective or message on device buffers ran, "" before */
-  uint64_t staged_collectives; /**< collectives on device buffers (a run of point-to-point
-                                    messages with device buffers counts once), and the bytes
-                                    they copied */
+  uint64_t staged_collectives; /**< collectives and point-to-point messages on device
+                                    buffers, and the bytes they copied */
   uint64_t staged_to_host_bytes;
   uint64_t staged_to_device_bytes;
   uint64_t buffer_registrations;    /**< registrations of callers' buffers with a transport
