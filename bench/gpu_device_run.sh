@@ -13,13 +13,18 @@
 #   3. gs-gpu-bench 256 MiB: every kernel vs a device-to-device cudaMemcpy (PASS at >= 80 %);
 #   4. gradstream-perf --ranks 2 allreduce float32 1M..256M -c 1, --device host and cuda, over
 #      shm (GS_SHM=1) and tcp (GS_SHM=0), each under `timeout 60`, then busbw tables;
-#   5. alltoall and reduce, host and cuda, over shm (1M..64M), and sendrecv on cuda (the C API
-#      documents point-to-point as host-only: expected GS_ERR_UNSUPPORTED, reported, not judged);
+#   5. alltoall and reduce, host and cuda, over shm (1M..64M), and sendrecv on cuda (reported,
+#      not judged);
 #   6. bench/gpu_torch_check.py: 2 processes, backend "gradstream" on CUDA tensors, DDP + hook;
-#   7. compute-sanitizer memcheck over gpu_codec_test (informational; GS_SANITIZER_SECONDS, 120).
+#   7. compute-sanitizer memcheck over gpu_codec_test (informational; GS_SANITIZER_SECONDS, 120);
+#   8. only with GS_NCU=1: Nsight Compute on the block-codec encoder (informational): the first
+#      GS_NCU_COUNT (22) launches of encodeBlkKernel in `gs-gpu-bench 256 1` (float32, 256 MiB;
+#      per block codec in the bench's order 1 encode + 3 encodes + 3 hops + 3 encodes with a
+#      residual: fp8e4m3 0-9, fp8e5m2 10-19, int8 20-21), --set basic plus WarpStateStats,
+#      MemoryWorkloadAnalysis, SchedulerStats, clocks not locked; ncu_encodeBlk.{txt,csv,ncu-rep}.
 # A failing stage does not stop the later ones. Files in OUT_DIR: run.log (everything),
 # summary.txt (verdicts and tables), gtest_*.xml, torch.log. Exit 0 when every judged stage
-# passed. Took 60-65 s on one H200 (2026-12-04, docs/gpu.md).
+# passed. Took 60-65 s on one H200 (2026-12-04, docs/gpu.md), 115 s with GS_NCU=1.
 set -uo pipefail
 export PATH="$PATH:/usr/local/cuda/bin"  # nvcc, compute-sanitizer where not on PATH
 here=$(cd "$(dirname "$0")" && pwd)
@@ -155,7 +160,7 @@ for c in alltoall reduce; do
 done
 perf sendrecv.cuda GS_SHM=1 -- --ranks 2 --coll sendrecv -d float32 -b 1M -e 16M -f 4 -n 5 -w 2 \
   -c 1 --timeout 50 --device cuda
-note "sendrecv --device cuda: exit $(cat "$out/.perf.sendrecv.cuda.rc") (not judged; point-to-point is documented host-only): $(grep -m2 -i 'GS_ERR\|unsupported\|error' "$out/.perf.sendrecv.cuda" | tr '\n' ' ')"
+note "sendrecv --device cuda: exit $(cat "$out/.perf.sendrecv.cuda.rc") (not judged): $(grep -m2 -i 'GS_ERR\|unsupported\|error' "$out/.perf.sendrecv.cuda" | tr '\n' ' ')"
 awk '/^ +[0-9]/ && NF >= 10' "$out/.perf.sendrecv.cuda" | tee -a "$sum" >/dev/null
 rm -f "$out"/.perf.*
 
@@ -182,6 +187,33 @@ else
   grep -E 'ERROR SUMMARY|^========= [A-Z][a-z]+ .*(read|write|error)|^\[  (PASSED|FAILED|  OK) ' "$out/.san" |
     head -40 | tee -a "$sum" >/dev/null
   rm -f "$out/.san"
+fi
+
+if [[ ${GS_NCU:-0} == 1 ]]; then
+  stage "Nsight Compute: encodeBlkKernel in gs-gpu-bench 256 1 (informational)"
+  ncu_bin=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [[ -z $ncu_bin ]]; then
+    note "skipped: no ncu"
+  else
+    nrc=0
+    timeout -k 5 "${GS_NCU_SECONDS:-150}" "$ncu_bin" --kernel-name-base function -k regex:encodeBlk \
+      --launch-count "${GS_NCU_COUNT:-22}" --clock-control none --set basic \
+      --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats \
+      -f -o "$out/ncu_encodeBlk" "$bin/gs-gpu-bench" 256 1 >"$out/.ncu" 2>&1 || nrc=$?
+    tail -n 60 "$out/.ncu" >>"$log"
+    note "ncu exit $nrc (gs-gpu-bench exits 1 when a row is below 80 %): $(grep -c '^==PROF==' "$out/.ncu") profiler lines"
+    grep -m5 '==ERROR==\|==WARNING==' "$out/.ncu" | tee -a "$sum" >/dev/null
+    rm -f "$out/.ncu"
+    if [[ -f $out/ncu_encodeBlk.ncu-rep ]]; then
+      "$ncu_bin" --import "$out/ncu_encodeBlk.ncu-rep" --page details --print-kernel-base demangled \
+        >"$out/ncu_encodeBlk.txt" 2>&1
+      "$ncu_bin" --import "$out/ncu_encodeBlk.ncu-rep" --page raw --csv --print-units base \
+        >"$out/ncu_encodeBlk.csv" 2>&1
+      grep -E '^  [a-zA-Z_].*\(|Duration|DRAM Throughput|Memory Throughput|Registers Per Thread|Achieved Occupancy|Theoretical Occupancy|Block Limit Registers|Block Limit Shared|Grid Size' \
+        "$out/ncu_encodeBlk.txt" | head -400 | cut -c1-160 >"$out/ncu_encodeBlk.summary"
+      note "ncu: $(grep -c 'Duration' "$out/ncu_encodeBlk.txt") kernels profiled (ncu_encodeBlk.txt, .csv, .summary)"
+    fi
+  fi
 fi
 
 stage "done"

@@ -30,7 +30,10 @@
 //    silently turned into finite numbers). Other blocks are unaffected. A block whose absmax is
 //    below qmax * FLT_MIN (about 5e-36 for fp8/int8, 8e-38 for int4) encodes as zeros.
 //  - topk: selects by |x| with NaN above +Inf above every finite value, so non-finite elements
-//    are always among the kept ones and arrive as they were.
+//    are kept before any finite one and arrive as they were (a NaN as some NaN). Every NaN ranks
+//    alike whatever its sign and payload (one key, format::math::topkKey): when more NaNs
+//    compete than top-k keeps, the first ones in index order are kept, as for equal magnitudes,
+//    on the CPU and the GPU alike.
 //  - float64 sources are first rounded to float32 (values beyond float range become +-Inf, so a
 //    block codec poisons their block).
 //

@@ -1,8 +1,9 @@
 // Top-k sparsification: keep the k = ceil(fraction * count) elements of largest magnitude as
 // (uint32 index, fp32 value) pairs, indices strictly increasing. Selection is an exact radix
-// select on |x|'s float bits (kthLargestKey; for large chunks encodeBySample gets the same
-// result from one pass); ties at the threshold are taken in index order, so the result is
-// deterministic.
+// select on the key format::math::topkKey (|x|'s float bits, every NaN one common key above
+// +Inf; kthLargestKey; for large chunks encodeBySample gets the same result from one pass);
+// ties at the threshold are taken in index order, so the result is deterministic and the same
+// as kernels/topk.cu's whatever the NaN payloads.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "codecs/decoding_codec.h"
 #include "codecs/topk_keep.h"
 #include "common/error.h"
+#include "format/block_math.h"
 #include "format/half.h"
 
 namespace gs::codecs {
@@ -68,14 +70,16 @@ C applyOp(ReduceOp op, C a, C b) {
   return a;
 }
 
+/// The selection key of s[i] (format::math::topkKey of its float value).
 template <class D>
 uint32_t keyAt(const typename D::T* s, size_t i) {
-  return format::floatBits(static_cast<float>(D::load(s, i))) & 0x7fffffffu;
+  return format::math::topkKey(static_cast<float>(D::load(s, i)));
 }
 
 /// Four keys as one GCC/clang vector: the group test of forEachMatch written so that it compiles
 /// to SIMD compares on any target (auto-vectorization does not manage it).
 using Keys4 = uint32_t __attribute__((vector_size(16)));
+using SKeys4 = int32_t __attribute__((vector_size(16)));
 
 /// Bit j set when the key of s[i + j] satisfies pred, for j < 16.
 template <class D, class Pred>
@@ -86,7 +90,12 @@ uint32_t matchBits(const typename D::T* s, size_t i, Pred pred) {
     for (size_t j = 0; j < 16; j += 4, weight <<= 4) {
       Keys4 key;
       std::memcpy(&key, s + i + j, sizeof(key));
-      bits |= reinterpret_cast<Keys4>(pred(key & 0x7fffffffu)) & weight;
+      key &= 0x7fffffffu;
+      // topkKey on four lanes: a NaN's bits (above +Inf's) become kTopkNanKey, all ones. The
+      // keys are below 2^31 here, so the compare may be signed (one instruction on SSE2).
+      static_assert(format::math::kTopkNanKey == 0xffffffffu);
+      key |= reinterpret_cast<Keys4>(reinterpret_cast<SKeys4>(key) > 0x7f800000);
+      bits |= reinterpret_cast<Keys4>(pred(key)) & weight;
     }
     return bits[0] | bits[1] | bits[2] | bits[3];
   } else {

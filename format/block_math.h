@@ -229,4 +229,23 @@ GS_INLINE uint8_t int4Pack(int32_t lo, int32_t hi) {
                               ((static_cast<uint32_t>(hi) & 0xfu) << 4));
 }
 
+// ---- top-k selection key -----------------------------------------------------------------------
+
+/// The key every NaN ranks by in top-k: one value for all NaNs whatever their sign and payload,
+/// above +Inf's key 0x7f800000 (all ones: the CPU's four-lane test computes it with one compare
+/// and one OR; any one value above +Inf selects the same elements).
+constexpr uint32_t kTopkNanKey = 0xffffffffu;
+
+/// Top-k's selection key of a value already rounded to float: |x|'s bits (sign cleared), so
+/// larger magnitudes have larger keys and +-Inf (0x7f800000) is above every finite value; every
+/// NaN gets kTopkNanKey. Payloads differ between CPUs and GPUs (a GPU's arithmetic and
+/// conversions produce its canonical NaN, x86 keeps payloads), so a key that depended on them
+/// would make the CPU and the GPU keep different NaNs when more NaNs compete than top-k keeps;
+/// with one key they tie and are taken in index order like any equal magnitudes.
+/// codecs/topk.cc's SIMD group test (matchBits) computes the same on four keys at once.
+GS_INLINE uint32_t topkKey(float x) {
+  const uint32_t a = floatBits(x) & 0x7fffffffu;
+  return a > 0x7f800000u ? kTopkNanKey : a;
+}
+
 }  // namespace gs::format::math

@@ -1,8 +1,9 @@
 // Top-k on the device, bit-identical to codecs/topk.cc: an exact radix select of the k-th largest
-// |x| (three 11/11/10-bit histogram passes, the selection state kept in device memory so the host
-// never waits), then an ordered compaction (per-tile counts, a scan over tiles, a block scan
-// within each tile) that keeps every element above the threshold and the first ties in index
-// order. Decode: validate indices, gather the reduced kept values, one elementwise pass, scatter.
+// key (math::topkKey: |x|'s float bits, one common key for every NaN; three 11/11/10-bit
+// histogram passes, the selection state kept in device memory so the host never waits), then an
+// ordered compaction (per-tile counts, a scan over tiles, a block scan within each tile) that
+// keeps every element above the threshold and the first ties in index order. Decode: validate
+// indices, gather the reduced kept values, one elementwise pass, scatter.
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
@@ -40,9 +41,11 @@ inline TopkWs topkWs(uint8_t* base, uint64_t tiles) {
   return w;
 }
 
+/// The selection key, as codecs/topk.cc's: |x|'s float bits, every NaN the one key
+/// math::kTopkNanKey (the GPU's NaNs carry other payloads than the CPU's).
 template <class D>
 __device__ __forceinline__ uint32_t keyOf(typename D::T x) {
-  return floatBits(static_cast<float>(D::load(x))) & 0x7fffffffu;
+  return math::topkKey(static_cast<float>(D::load(x)));
 }
 
 // Loads this thread's group of a tile (elements i0 .. i0 + kGroup - 1, those below count) and

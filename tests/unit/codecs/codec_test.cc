@@ -657,10 +657,11 @@ TEST(TopK, LargeChunksKeepExactlyWhatASortKeeps) {
           x = rng() % 2 ? NAN : -INFINITY;
         src.set(i, x);
       }
-      // The key the codec ranks by: |x|'s float bits (a quiet NaN above Inf above the rest).
+      // The key the codec ranks by: |x|'s float bits (every NaN one key above Inf above the
+      // rest).
       std::vector<uint32_t> key(n);
       for (size_t i = 0; i < n; ++i)
-        key[i] = floatBits(static_cast<float>(src.get(i))) & 0x7fffffffu;
+        key[i] = math::topkKey(static_cast<float>(src.get(i)));
       for (const char* spec : {"topk:0.001", "topk:0.01", "topk:0.1", "topk:0.3"}) {
         auto c = makeCodec(CodecSpec::parse(spec));
         const Encoded e = encodeAll(*c, src, n);
@@ -688,6 +689,63 @@ TEST(TopK, LargeChunksKeepExactlyWhatASortKeeps) {
       }
     }
   }
+}
+
+// More NaNs than top-k keeps, with different signs and payloads (quiet and signaling): every NaN
+// ranks alike, so the kept ones are the first k NaNs in index order, whatever payload sits
+// where (the GPU's NaNs carry other payloads than the CPU's, so a payload-dependent key made the
+// two keep different elements). Both the exact select (small n) and the sampled path (large n),
+// every dtype, the scalar and the four-lane key test.
+TEST(TopK, EveryNanRanksAlikeWhateverItsPayload) {
+  // Five NaN bit patterns per dtype: quiet, negative quiet, all payload bits, signaling, other.
+  const uint32_t f32[5] = {0x7fc00000u, 0xffc00000u, 0x7fffffffu, 0x7f800001u, 0x7fc12345u};
+  const uint64_t f64[5] = {0x7ff8000000000000ull, 0xfff8000000000000ull, 0x7fffffffffffffffull,
+                           0x7ff0000000000001ull, 0x7ff8123456789abcull};
+  const uint16_t f16[5] = {0x7e00u, 0xfe00u, 0x7fffu, 0x7c01u, 0x7e55u};
+  const uint16_t b16[5] = {0x7fc0u, 0xffc0u, 0x7fffu, 0x7f81u, 0x7fd5u};
+  auto c = makeCodec(CodecSpec::parse("topk:0.1"));
+  for (size_t n : {size_t{1000}, size_t{4099}, (size_t{1} << 17) + 5}) {
+    for (DataType dt : kFloatTypes) {
+      std::vector<std::vector<uint32_t>> keptByOrder;
+      for (int order = 0; order < 2; ++order) {
+        Buf src = randomBuf(dt, n, 17);
+        std::vector<uint32_t> nans;
+        for (size_t i = 0; i < n; ++i) {
+          if (i % 97 == 5) {
+            src.set(i, i % 2 ? INFINITY : -INFINITY);
+          } else if (i % 8 == 3) {  // 12.5 % NaNs, k is 10 %
+            nans.push_back(static_cast<uint32_t>(i));
+            const size_t p = ((i * 2654435761u) >> 7) % 5;
+            const size_t which = order == 0 ? p : 4 - p;
+            uint8_t* at = src.bytes.data() + i * elementSize(dt);
+            if (dt == DataType::kFloat32)
+              std::memcpy(at, &f32[which], 4);
+            else if (dt == DataType::kFloat64)
+              std::memcpy(at, &f64[which], 8);
+            else
+              std::memcpy(at, dt == DataType::kFloat16 ? &f16[which] : &b16[which], 2);
+          }
+        }
+        const Encoded e = encodeAll(*c, src, n);
+        const size_t k = e.size.metaBytes / 4;
+        ASSERT_GT(nans.size(), k);
+        std::vector<uint32_t> kept(k);
+        std::memcpy(kept.data(), e.wire.data(), 4 * k);
+        for (size_t j = 0; j < k; ++j) {
+          ASSERT_EQ(kept[j], nans[j]) << dataTypeName(dt) << " n=" << n << " order " << order
+                                      << " #" << j;
+          float v;
+          std::memcpy(&v, e.wire.data() + 4 * (k + j), 4);
+          EXPECT_TRUE(std::isnan(v));
+        }
+        keptByOrder.push_back(kept);
+      }
+      EXPECT_EQ(keptByOrder[0], keptByOrder[1]);
+    }
+  }
+  EXPECT_EQ(math::topkKey(format::bitsFloat(0xffc00001u)), math::kTopkNanKey);
+  EXPECT_EQ(math::topkKey(-INFINITY), 0x7f800000u);
+  EXPECT_EQ(math::topkKey(-2.5f), floatBits(2.5f));
 }
 
 // ---- error feedback ----
