@@ -77,16 +77,26 @@ TEST(LinkTransports, OpenedNextToTcpOrReportedUnavailable) {
   EXPECT_EQ(state, device ? ShmState::kUnused : ShmState::kUnavailable);
 }
 
-// Two shm devices of this process (threads as ranks) are in one domain: same host name means
-// shm, another host name does not, both ways alike. Needs the shm backend.
-TEST(LinkTransports, RanksOfOneProcessAndHostNameUseShm) {
-  ShmState s0 = ShmState::kOff, s1 = ShmState::kOff;
-  auto d0 = openShmDevice("tcp", optionsFor(0, 2, true), s0);
-  auto d1 = openShmDevice("tcp", optionsFor(1, 2, true), s1);
-  ASSERT_NE(d0, nullptr) << "the shm transport did not open";
-  ASSERT_NE(d1, nullptr) << "the shm transport did not open";
-  const TransportEndpoint a{"h0", d0->address()}, b{"h0", d1->address()};
-  const TransportEndpoint bElsewhere{"h1", d1->address()};
+// Two shm devices of this process (threads as ranks): one shared-memory domain. Needs the shm
+// backend.
+class TwoShmDevices : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ShmState s0 = ShmState::kOff, s1 = ShmState::kOff;
+    d0_ = openShmDevice("tcp", optionsFor(0, 2, true), s0);
+    d1_ = openShmDevice("tcp", optionsFor(1, 2, true), s1);
+    ASSERT_NE(d0_, nullptr) << "the shm transport did not open";
+    ASSERT_NE(d1_, nullptr) << "the shm transport did not open";
+    a = {"h0", d0_->address()};
+    b = {"h0", d1_->address()};
+    bElsewhere = {"h1", d1_->address()};
+  }
+  std::unique_ptr<transport::Device> d0_, d1_;
+  TransportEndpoint a, b, bElsewhere;
+};
+
+// Same host name means shm, another host name does not, both ways alike.
+TEST_F(TwoShmDevices, RanksOfOneProcessAndHostNameUseShm) {
   EXPECT_TRUE(shmBetween(a, b));
   EXPECT_TRUE(shmBetween(b, a));
   EXPECT_FALSE(shmBetween(a, bElsewhere));
@@ -97,14 +107,8 @@ TEST(LinkTransports, RanksOfOneProcessAndHostNameUseShm) {
 
 // Over tcp the default chunk is cut to 256 KiB wherever some pair talks over tcp; a chunk the
 // user chose, other transports, and one host with shm between all ranks keep it as configured.
-TEST(LinkTransports, TcpCommunicatorsPipelineInSmallerChunksAtTheDefault) {
-  ShmState s0 = ShmState::kOff, s1 = ShmState::kOff;
-  auto d0 = openShmDevice("tcp", optionsFor(0, 2, true), s0);
-  auto d1 = openShmDevice("tcp", optionsFor(1, 2, true), s1);
-  ASSERT_NE(d0, nullptr) << "the shm transport did not open";
-  ASSERT_NE(d1, nullptr) << "the shm transport did not open";
-  const TransportEndpoint a{"h0", d0->address()}, b{"h0", d1->address()};
-  const TransportEndpoint bElsewhere{"h1", d1->address()}, bNoShm{"h0", {}};
+TEST_F(TwoShmDevices, TcpCommunicatorsPipelineInSmallerChunksAtTheDefault) {
+  const TransportEndpoint bNoShm{"h0", {}};
   const int64_t def = Config{}.chunkBytes;                 // GS_CHUNK_BYTES left at its default
   EXPECT_EQ(pipelineChunkBytes("tcp", {a, b}, def), def);  // all over shm
   EXPECT_EQ(pipelineChunkBytes("tcp", {a, bElsewhere}, def), kTcpChunkBytes);  // two hosts
