@@ -171,8 +171,10 @@ TEST_F(FakeDeviceMessages, CountMismatchFailsBothRanksAndLeavesTheDeviceBufferAl
     Stream s = fake_->createStream();
     const size_t n = r == 0 ? count : count + 5;
     void* buf = fake_->allocDevice(n * 4);  // 0xAB bytes
+    // Outlives the copy the stream runs later (destroyed after `release` synchronizes it).
+    const std::vector<float> in = inputs(0, count);
     if (r == 0)
-      toDevice(*fake_, buf, inputs(0, count), s);
+      toDevice(*fake_, buf, in, s);
     struct Free {
       FakeDeviceMemory& fake;
       Stream s;
