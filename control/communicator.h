@@ -273,6 +273,9 @@ class Communicator {
   stream::Topology topology_;
   // From the rendezvous records, kept for links made later (linkLater): by rank.
   std::vector<TransportEndpoint> transports_;
+  // The chunk every call is cut into (pipelineChunkBytes of the records; at most the slot size
+  // config_.chunkBytes). codec=auto's controller moves it later.
+  int64_t pipelineChunk_ = 0;
   std::vector<std::vector<uint8_t>> networkAddresses_;
   std::vector<stream::Algorithm> algorithms_;  // what GS_ALGO allows, see allowedAlgorithms
   stream::CostModel costModel_;

@@ -268,23 +268,30 @@ void DeviceStaging::reserveSlots(size_t bytes) {
   slotCapacity_ = rounded;
 }
 
-void DeviceStaging::waitFor(codecs::DeviceMemory::Event* event, const char* what) {
-  const Deadline deadline = Deadline::afterMs(timeoutMs_);
-  // Copies of a piece take a millisecond or so: yield first, then sleep in short steps.
+void waitForEvent(codecs::DeviceMemory& memory,
+                  codecs::DeviceMemory::Event* event,
+                  int64_t timeoutMs,
+                  const std::atomic<bool>& abortFlag,
+                  const char* what) {
+  const Deadline deadline = Deadline::afterMs(timeoutMs);
   for (int round = 0;; ++round) {
-    if (memory_->done(event))
+    if (memory.done(event))
       return;
-    GS_CHECK(!abortFlag_.load(std::memory_order_relaxed), Errc::kAborted,
+    GS_CHECK(!abortFlag.load(std::memory_order_relaxed), Errc::kAborted,
              "communicator aborted while waiting for %s on the CUDA stream", what);
     GS_CHECK(!deadline.expired(), Errc::kTimeout,
              "the CUDA stream did not complete %s within %lld ms (is earlier work on the "
              "stream still running, or blocked?)",
-             what, static_cast<long long>(timeoutMs_));
+             what, static_cast<long long>(timeoutMs));
     if (round < 64)
       std::this_thread::yield();
     else
       std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
+}
+
+void DeviceStaging::waitFor(codecs::DeviceMemory::Event* event, const char* what) {
+  waitForEvent(*memory_, event, timeoutMs_, abortFlag_, what);
 }
 
 DeviceStaging::Totals DeviceStaging::run(const stream::CollectiveArgs& args,

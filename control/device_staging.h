@@ -39,6 +39,16 @@ namespace gs::control {
 /// both are host-readable. Throws kInvalidArgument naming both when they are on two devices.
 int collectiveDevice(codecs::DeviceMemory& memory, const stream::CollectiveArgs& args);
 
+/// Waits on the host until the device has passed `event`: yields first, then sleeps in 20 us
+/// steps (copies take a millisecond or so). kAborted once abortFlag is set, kTimeout after
+/// timeoutMs; `what` names what the stream was to complete ("the work enqueued before the
+/// collective").
+void waitForEvent(codecs::DeviceMemory& memory,
+                  codecs::DeviceMemory::Event* event,
+                  int64_t timeoutMs,
+                  const std::atomic<bool>& abortFlag,
+                  const char* what);
+
 /// Restores the caller's current CUDA device when it leaves scope (the library must not change
 /// it): makes `device` current for the scope.
 class CurrentDevice {

@@ -1,10 +1,7 @@
 #include "control/message_staging.h"
 
 #include <algorithm>
-#include <chrono>
-#include <thread>
 
-#include "common/clock.h"
 #include "common/error.h"
 
 namespace gs::control {
@@ -107,11 +104,8 @@ void MessageStaging::trim() {
   pool_.erase(pool_.begin(), pool_.begin() + static_cast<std::ptrdiff_t>(drop));
 }
 
-void MessageStaging::copy(void* dst,
-                          const void* src,
-                          size_t bytes,
-                          const StreamMark& issued,
-                          const char* what) {
+void MessageStaging::copy(
+    void* dst, const void* src, size_t bytes, const StreamMark& issued, const char* what) {
   CurrentDevice current(*memory_, issued.device());
   useDevice(issued.device());
   memory_->streamWait(stream_, issued.event());
@@ -127,21 +121,8 @@ void MessageStaging::waitFor(const StreamMark& issued, const char* what) {
 void MessageStaging::waitFor(codecs::DeviceMemory::Event* event,
                              const char* what,
                              const char* waitingFor) {
-  const Deadline deadline = Deadline::afterMs(timeoutMs_);
-  for (int round = 0;; ++round) {
-    if (memory_->done(event))
-      return;
-    GS_CHECK(!abortFlag_.load(std::memory_order_relaxed), Errc::kAborted,
-             "communicator aborted while %s waited for %s on the CUDA stream", what, waitingFor);
-    GS_CHECK(!deadline.expired(), Errc::kTimeout,
-             "the CUDA stream did not complete %s (%s) within %lld ms (is earlier work on the "
-             "stream still running, or blocked?)",
-             waitingFor, what, static_cast<long long>(timeoutMs_));
-    if (round < 64)
-      std::this_thread::yield();
-    else
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
+  waitForEvent(*memory_, event, timeoutMs_, abortFlag_,
+               formatString("%s (%s)", waitingFor, what).c_str());
 }
 
 }  // namespace gs::control

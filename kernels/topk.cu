@@ -413,9 +413,8 @@ void encodeT(const EncodeArgs& a, uint8_t* wsBase, cudaStream_t s) {
   dev::topkCountKernel<D><<<tileBlocks, kThreads, 0, s>>>(src, align, n, w, all, residual,
                                                           alignmentOf(residual), a.residualFactor);
   dev::topkScanKernel<<<1, 1024, 0, s>>>(w, tiles, k);
-  dev::topkWriteKernel<D>
-      <<<tileBlocks, kThreads, 0, s>>>(src, align, n, w, all, k, a.out, residual,
-                                       alignmentOf(residual), a.residualFactor);
+  dev::topkWriteKernel<D><<<tileBlocks, kThreads, 0, s>>>(src, align, n, w, all, k, a.out, residual,
+                                                          alignmentOf(residual), a.residualFactor);
   if (a.decodedOut != nullptr) {
     auto* dec = static_cast<T*>(a.decodedOut);
     dev::topkFillKernel<D>

@@ -7,7 +7,7 @@ namespace gs::stream {
 namespace {
 
 constexpr uint32_t kNoticeMagic = 0x4e465347;  // "GSFN"
-constexpr uint16_t kNoticeVersion = 2;  // 2: senderCompleted
+constexpr uint16_t kNoticeVersion = 2;         // 2: senderCompleted
 
 // Little-endian on the wire like the chunk header: every supported host is.
 struct NoticeHeader {
@@ -33,9 +33,8 @@ size_t encodeNotice(const FailureNotice& notice, uint8_t* buf, size_t capacity) 
     return 0;
   const size_t causeBytes =
       std::min({notice.cause.size(), kMaxNoticeCause, capacity - sizeof(NoticeHeader)});
-  NoticeHeader h{kNoticeMagic,     kNoticeVersion,
-                 static_cast<int16_t>(notice.code), notice.origin,
-                 notice.detector, static_cast<uint32_t>(causeBytes),
+  NoticeHeader h{kNoticeMagic,          kNoticeVersion,  static_cast<int16_t>(notice.code),
+                 notice.origin,         notice.detector, static_cast<uint32_t>(causeBytes),
                  notice.senderCompleted};
   memcpy(buf, &h, sizeof(h));
   memcpy(buf + sizeof(h), notice.cause.data(), causeBytes);

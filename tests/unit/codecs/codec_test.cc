@@ -732,8 +732,8 @@ TEST(TopK, EveryNanRanksAlikeWhateverItsPayload) {
         std::vector<uint32_t> kept(k);
         std::memcpy(kept.data(), e.wire.data(), 4 * k);
         for (size_t j = 0; j < k; ++j) {
-          ASSERT_EQ(kept[j], nans[j]) << dataTypeName(dt) << " n=" << n << " order " << order
-                                      << " #" << j;
+          ASSERT_EQ(kept[j], nans[j])
+              << dataTypeName(dt) << " n=" << n << " order " << order << " #" << j;
           float v;
           std::memcpy(&v, e.wire.data() + 4 * (k + j), 4);
           EXPECT_TRUE(std::isnan(v));
