@@ -89,8 +89,50 @@ void Engine::MessageRun::admit(const std::vector<PointToPointOp>& ops) {
     }
     appendMessage(plan, *lr.queues, m);
     lr.sendDone.resize(lr.queues->sends.size(), 0);
-    list.push_back({li, op.send, op.send ? lr.queues->sends.size() : lr.queues->recvs.size()});
+    list.push_back({li, op.send, op.send ? lr.queues->sends.size() : lr.queues->recvs.size(), m.id,
+                    m.count, m.dtype});
+    if (!op.send)
+      list.back().announced = announceReceive(lr, m);
   }
+}
+
+bool Engine::MessageRun::announceReceive(Run::LinkRun& lr, const MessageInput& m) {
+  Link& link = *lr.link;
+  if (!PostedReceive::eligible(m.count, m.dtype) ||
+      m.id - link.messagesReceivedDone >= PostedReceives::kWindow) {
+    return false;
+  }
+  const PostedReceive notice{m.id, static_cast<uint32_t>(m.count), m.dtype};
+  // Best effort: a full queue or a failed connection only leaves the sender to its credits
+  // (the failure itself surfaces at the next poll).
+  return link.connection().postWrite({}, link.peerSlots, 0,
+                                     makeImm(ImmTag::kControl, kPostedReceiveBit | notice.pack()),
+                                     workId(WorkKind::kControl, 0, 0)) == PostResult::kOk;
+}
+
+bool Engine::MessageRun::receiverPosted(Run& run, const Message& m) {
+  if (!PostedReceive::eligible(m.count, m.dtype))
+    return false;
+  Link& link = *links[m.link].link;
+  const std::optional<PostedReceive> posted = link.postedReceives.take(m.id);
+  if (!posted)
+    return false;
+  const int me = engine.rank_, peer = link.peer();
+  // The receiver finds the same disagreement in the chunk's header and says it in these words
+  // (Run::callMismatch): both ranks report the same cause.
+  if (posted->count != m.count) {
+    run.fail(
+        Errc::kInvalidArgument, peer,
+        formatString("message sizes differ: rank %d sends %llu elements to rank %d, whose "
+                     "receive (message #%u from rank %d) expects %u",
+                     me, static_cast<unsigned long long>(m.count), peer, m.id, me, posted->count));
+  }
+  if (posted->dtype != m.dtype) {
+    run.fail(Errc::kInvalidArgument, peer,
+             formatString("dtype differs between ranks: rank %d called with %s, rank %d with %s",
+                          me, dataTypeName(m.dtype), peer, dataTypeName(posted->dtype)));
+  }
+  return true;
 }
 
 bool Engine::MessageRun::advance(Run& run, bool idle) {
@@ -99,14 +141,24 @@ bool Engine::MessageRun::advance(Run& run, bool idle) {
     const Message& m = list[reported];
     Run::LinkRun& lr = links[m.link];
     if (m.send) {
-      if (lr.completed < m.end || lr.link->peerReleased < lr.sendBase + m.end)
+      // Its bytes are out of the buffer, and the receiver has them (its credits came back) or
+      // has posted the receive that takes them.
+      if (lr.completed < m.end)
         break;
+      if (lr.link->peerReleased < lr.sendBase + m.end && !receiverPosted(run, m))
+        break;
+      lr.link->postedReceives.drop(m.id);
+      ++lr.link->messagesSentDone;
     } else {
       if (lr.processed < m.end)
         break;
-      // The sender's send completes when these credits reach it: they go now, not at the
-      // next idle moment of a collective.
-      run.returnCredits(m.link, true);
+      // A sender whose send waits for these credits (no notice): they go now, not at the next
+      // idle moment of a collective.
+      if (!m.announced) {
+        run.returnCredits(m.link, true);
+        owesCredits = true;
+      }
+      ++lr.link->messagesReceivedDone;
     }
     feed.completed(reported++);
     progress = true;
@@ -125,7 +177,7 @@ bool Engine::MessageRun::finished() const {
   if (reported < list.size())
     return false;
   for (const Run::LinkRun& lr : links) {
-    if (lr.link->released > lr.link->creditAdvertised ||
+    if ((owesCredits && lr.link->released > lr.link->creditAdvertised) ||
         lr.link->readsAcknowledged < lr.link->readsFromPeer)
       return false;  // the progress loop's idle round returns them
   }

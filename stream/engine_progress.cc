@@ -101,6 +101,11 @@ void Engine::Run::onRemoteWrite(size_t li, const Completion& c) {
         onReadAck(li);
         break;
       }
+      if ((payload & kPostedReceiveBit) != 0) {
+        link.postedReceives.note(PostedReceive::unpack(payload & kPostedReceiveMask),
+                                 link.messagesSentDone);
+        break;
+      }
       onControl(li, static_cast<ControlCode>(payload));
       break;
     case ImmTag::kAbort:
@@ -203,7 +208,10 @@ void Engine::Run::execute(uint64_t startNs) {
     // where ranks outnumber cores that moment is another rank's core time, so they wait for
     // creditFlushAfter_ of idling (Engine::setCreditFlushAfter). Point-to-point runs return
     // them at once: a send completes only when its credits are back.
-    if (!progress && !delayCredits) {
+    // Point-to-point runs hold them only while no sender waits for them (notices, see
+    // MessageRun::owesCredits).
+    const bool holdCredits = messages != nullptr ? !messages->owesCredits : delayCredits;
+    if (!progress && !holdCredits) {
       for (size_t li = 0; li < links.size(); ++li)
         progress |= returnCredits(li, true);
     }
@@ -231,7 +239,7 @@ void Engine::Run::execute(uint64_t startNs) {
     }
     if (peerAborted)
       onPeerAborted(now - lastProgress);
-    if (delayCredits && now - lastProgress >= engine.creditFlushAfter_) {
+    if (holdCredits && now - lastProgress >= engine.creditFlushAfter_) {
       bool posted = false;
       for (size_t li = 0; li < links.size(); ++li)
         posted |= returnCredits(li, true);

@@ -233,7 +233,11 @@ struct Engine::MessageRun {
   struct Message {
     size_t link;  // index in links
     bool send;
-    size_t end;  // one past its last op in that link's sends or receives
+    size_t end;   // one past its last op in that link's sends or receives
+    uint32_t id;  // its number on its pair and direction (MessageInput::id)
+    uint64_t count;
+    DataType dtype;
+    bool announced = false;  // a receive whose sender was told it is posted
   };
   Engine& engine;
   const CollectiveArgs& base;
@@ -244,6 +248,9 @@ struct Engine::MessageRun {
   std::vector<std::unique_ptr<transport::MemoryRegion>> regions;  // the sends' buffers
   std::vector<Message> list;
   size_t reported = 0;  // messages reported complete (in order)
+  // A receive completed whose sender waits for its credits (it was not announced): they go
+  // back before the run ends. Announced ones go back with the next batch or idle moment.
+  bool owesCredits = false;
 
   MessageRun(Engine& e, const CollectiveArgs& b, const PointToPointFeed& f);
   void admit(const std::vector<PointToPointOp>& ops);
@@ -256,6 +263,10 @@ struct Engine::MessageRun {
  private:
   size_t linkFor(int peer);
   static bool travelsRaw(const Run::LinkRun& lr, DataType dtype);
+  // Receive posted notices (stream/posted_receive.h): the receiver's announcement, and the
+  // sender's test of a send whose writes completed (throws on a notice that disagrees).
+  bool announceReceive(Run::LinkRun& lr, const MessageInput& m);
+  bool receiverPosted(Run& run, const Message& m);
 };
 
 struct Engine::Prepared {

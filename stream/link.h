@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "stream/failure_notice.h"
+#include "stream/posted_receive.h"
 #include "transport/device.h"
 
 namespace gs::stream {
@@ -40,6 +41,10 @@ inline constexpr uint32_t kImmPayloadMask = (1u << 30) - 1;
 /// copied out (mod 2^29); the sender's buffer is free up to there.
 inline constexpr uint32_t kReadAckBit = 1u << 29;
 inline constexpr uint32_t kReadAckMask = kReadAckBit - 1;
+/// kControl with this bit set (and kReadAckBit clear): a receive posted for one of the peer's
+/// messages, its low 28 bits a PostedReceive (stream/posted_receive.h).
+inline constexpr uint32_t kPostedReceiveBit = 1u << 28;
+inline constexpr uint32_t kPostedReceiveMask = kPostedReceiveBit - 1;
 inline uint32_t makeImm(ImmTag tag, uint32_t payload) {
   return (static_cast<uint32_t>(tag) << 30) | (payload & kImmPayloadMask);
 }
@@ -124,6 +129,13 @@ class Link {
   uint64_t readsFromPeer = 0;
   uint64_t readsAcknowledged = 0;
   void applyReadAck(uint32_t payload) { advance(peerReadsDone, payload, kReadAckMask); }
+
+  /// Point-to-point messages to and from the peer completed so far (each direction numbers its
+  /// messages from 0, as Engine::messagesSent_ / messagesReceived_), and the notices of
+  /// receives the peer posted for ours (stream/posted_receive.h).
+  uint32_t messagesSentDone = 0;
+  uint32_t messagesReceivedDone = 0;
+  PostedReceives postedReceives;
 
   /// The latest small exchange posted on this link (transport::Connection::postSmall).
   uint64_t smallSequence = 0;

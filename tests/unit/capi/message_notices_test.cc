@@ -1,0 +1,164 @@
+// Small messages complete on the receiver's "receive posted" notice (stream/posted_receive.h)
+// instead of its credits: over loopback, tcp and shm, 2 ranks as threads. A thousand messages
+// each way posted in opposite orders (more than the notice window, past the wrap of the 10-bit
+// ordinal, counts on both sides of the 32 KiB limit) arrive intact; a pair that disagrees on the
+// count or the dtype still fails on both ranks, with nothing written, whichever end posts first
+// (the sender then fails on the notice, or on the receiver's abort).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gradstream/gradstream.h"
+#include "unit/capi/rank_threads.h"
+
+namespace gs::testing {
+namespace {
+
+// 8192 floats are 32 KiB: the largest message that completes on a notice; 8193 waits for
+// credits. Zero and one element are header-only and one-element chunks.
+constexpr size_t kCounts[] = {0, 1, 7, 300, 8192, 8193};
+constexpr int kMessages = 1100;
+
+size_t countOf(int m) {
+  return kCounts[static_cast<size_t>(m) % std::size(kCounts)];
+}
+float valueOf(int from, int m, size_t i) {
+  return static_cast<float>((static_cast<size_t>(from) * 7 + static_cast<size_t>(m) * 3 + i) % 251);
+}
+
+class MessageNotices : public ::testing::TestWithParam<const char*> {
+ protected:
+  RankOptions options() const {
+    RankOptions o;
+    o.transport = GetParam();
+    return o;
+  }
+};
+
+TEST_P(MessageNotices, ManySmallMessagesPostedInOppositeOrdersArriveIntact) {
+  Failures f;
+  runRanks(2, options(), [&](int rank, gs_comm_t comm) {
+    const int peer = 1 - rank;
+    std::vector<std::vector<float>> out(kMessages), in(kMessages);
+    std::vector<gs_request_t> reqs;
+    auto post = [&](bool send) {
+      for (int m = 0; m < kMessages; ++m) {
+        gs_request_t r = nullptr;
+        const size_t n = countOf(m);
+        gs_status_t st;
+        if (send) {
+          out[m].resize(n);
+          for (size_t i = 0; i < n; ++i)
+            out[m][i] = valueOf(rank, m, i);
+          st = gs_isend(out[m].data(), n, GS_FLOAT32, peer, comm, nullptr, &r);
+        } else {
+          in[m].assign(n + 1, -1.0f);
+          st = gs_irecv(in[m].data(), n, GS_FLOAT32, peer, comm, nullptr, &r);
+        }
+        if (st != GS_OK)
+          return f.add("rank " + std::to_string(rank) + ": post: " + gs_last_error());
+        reqs.push_back(r);
+      }
+    };
+    // Rank 0 sends everything before it receives; rank 1 receives first: its notices run far
+    // ahead of the messages they name.
+    post(rank == 0);
+    post(rank != 0);
+    for (gs_request_t r : reqs) {
+      if (gs_wait(r, -1) != GS_OK)
+        f.add("rank " + std::to_string(rank) + ": wait: " + gs_last_error());
+      gs_request_free(r);
+    }
+    for (int m = 0; m < kMessages; ++m) {
+      const size_t n = countOf(m);
+      for (size_t i = 0; i < n; ++i) {
+        if (in[m][i] != valueOf(peer, m, i)) {
+          f.add("rank " + std::to_string(rank) + ": message " + std::to_string(m) + " element " +
+                std::to_string(i) + " is " + std::to_string(in[m][i]));
+          return;
+        }
+      }
+      if (in[m][n] != -1.0f)
+        f.add("rank " + std::to_string(rank) + ": message " + std::to_string(m) + " overran");
+    }
+  });
+  EXPECT_TRUE(f.list.empty()) << ::testing::PrintToString(f.list);
+}
+
+// Rank 0 sends `sent` elements of sendType, rank 1 receives `expected` of recvType; one end
+// posts first and the other joins 50 ms later. Returns both ranks' status and message.
+struct PairResult {
+  gs_status_t status[2] = {GS_OK, GS_OK};
+  std::string message[2];
+  bool untouched = false;
+};
+PairResult disagreeingPair(const RankOptions& opt,
+                           bool receiverFirst,
+                           size_t sent,
+                           gs_dtype_t sendType,
+                           size_t expected,
+                           gs_dtype_t recvType) {
+  PairResult res;
+  runRanks(2, opt, [&](int rank, gs_comm_t comm) {
+    const bool late = (rank == 0) == receiverFirst;
+    if (late)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (rank == 0) {
+      std::vector<int64_t> buf(sent, 3);
+      res.status[0] = gs_send(buf.data(), sent, sendType, 1, comm, nullptr);
+    } else {
+      std::vector<int64_t> in(expected, -1);
+      res.status[1] = gs_recv(in.data(), expected, recvType, 0, comm, nullptr);
+      res.untouched = std::all_of(in.begin(), in.end(), [](int64_t v) { return v == -1; });
+    }
+    res.message[rank] = gs_last_error();
+  });
+  return res;
+}
+
+TEST_P(MessageNotices, ACountMismatchFailsBothRanksWhicheverEndPostsFirst) {
+  RankOptions opt = options();
+  opt.timeoutMs = 5000;
+  for (bool receiverFirst : {true, false}) {
+    const PairResult r = disagreeingPair(opt, receiverFirst, 100, GS_FLOAT32, 50, GS_FLOAT32);
+    for (int k = 0; k < 2; ++k) {
+      SCOPED_TRACE(std::string(receiverFirst ? "receiver first" : "sender first") + ", rank " +
+                   std::to_string(k));
+      EXPECT_EQ(r.status[k], GS_ERR_INVALID_ARGUMENT) << r.message[k];
+      EXPECT_NE(r.message[k].find("sends 100 elements"), std::string::npos) << r.message[k];
+      EXPECT_NE(r.message[k].find("expects 50"), std::string::npos) << r.message[k];
+    }
+    EXPECT_TRUE(r.untouched);
+  }
+}
+
+TEST_P(MessageNotices, ADtypeMismatchOfEqualSizeFailsBothRanks) {
+  RankOptions opt = options();
+  opt.timeoutMs = 5000;
+  for (bool receiverFirst : {true, false}) {
+    const PairResult r = disagreeingPair(opt, receiverFirst, 16, GS_FLOAT32, 16, GS_INT32);
+    for (int k = 0; k < 2; ++k) {
+      SCOPED_TRACE(std::string(receiverFirst ? "receiver first" : "sender first") + ", rank " +
+                   std::to_string(k));
+      EXPECT_EQ(r.status[k], GS_ERR_INVALID_ARGUMENT) << r.message[k];
+      EXPECT_NE(r.message[k].find("dtype differs"), std::string::npos) << r.message[k];
+    }
+    EXPECT_TRUE(r.untouched);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports,
+                         MessageNotices,
+                         ::testing::Values("loopback", "tcp", "shm"),
+                         [](const ::testing::TestParamInfo<const char*>& p) {
+                           return std::string(p.param);
+                         });
+
+}  // namespace
+}  // namespace gs::testing
