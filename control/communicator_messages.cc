@@ -79,10 +79,17 @@ void Communicator::runMessages(const std::shared_ptr<Request>& first, const Requ
     return op;
   };
   stream::PointToPointFeed feed;
+  // The messages queued behind the first when the run starts join it even if the waiter's own
+  // request is done by then: its caller almost always waits for them next (isend + irecv +
+  // wait + wait), and a small send may complete at once on its receiver's notice, before the
+  // receive posted after it was taken; left in the queue, the progress thread took that receive
+  // and every wait became a hand-off (4 ranks on 2 cores, 8 B sendrecv: 6 -> 23-34 us).
+  bool swept = false;
   feed.more = [&] {
     std::vector<stream::PointToPointOp> ops;
-    if (waiter != nullptr && waiter->done())
+    if (waiter != nullptr && waiter->done() && swept)
       return ops;  // the waiting thread goes back to its caller; the progress thread goes on
+    swept = true;
     std::vector<std::shared_ptr<Request>> taken;
     {
       std::lock_guard<std::mutex> lock(queueMutex_);
