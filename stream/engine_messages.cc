@@ -91,6 +91,11 @@ void Engine::MessageRun::admit(const std::vector<PointToPointOp>& ops) {
     lr.sendDone.resize(lr.queues->sends.size(), 0);
     list.push_back({li, op.send, op.send ? lr.queues->sends.size() : lr.queues->recvs.size(), m.id,
                     m.count, m.dtype});
+    if (op.send) {
+      sendsOf.resize(links.size());
+      sendsDone.resize(links.size(), 0);
+      sendsOf[li].push_back(list.size() - 1);
+    }
     if (!op.send)
       list.back().announced = announceReceive(lr, m);
   }
@@ -135,12 +140,11 @@ bool Engine::MessageRun::receiverPosted(Run& run, const Message& m) {
   return true;
 }
 
-bool Engine::MessageRun::advance(Run& run, bool idle) {
-  bool progress = false;
-  while (reported < list.size()) {
-    const Message& m = list[reported];
-    Run::LinkRun& lr = links[m.link];
-    if (m.send) {
+void Engine::MessageRun::completeSends(Run& run) {
+  for (size_t li = 0; li < sendsOf.size(); ++li) {
+    Run::LinkRun& lr = links[li];
+    while (sendsDone[li] < sendsOf[li].size()) {
+      Message& m = list[sendsOf[li][sendsDone[li]]];
       // Its bytes are out of the buffer, and the receiver has them (its credits came back) or
       // has posted the receive that takes them.
       if (lr.completed < m.end)
@@ -149,6 +153,21 @@ bool Engine::MessageRun::advance(Run& run, bool idle) {
         break;
       lr.link->postedReceives.drop(m.id);
       ++lr.link->messagesSentDone;
+      m.done = true;
+      ++sendsDone[li];
+    }
+  }
+}
+
+bool Engine::MessageRun::advance(Run& run, bool idle) {
+  bool progress = false;
+  completeSends(run);
+  while (reported < list.size()) {
+    const Message& m = list[reported];
+    Run::LinkRun& lr = links[m.link];
+    if (m.send) {
+      if (!m.done)
+        break;
     } else {
       if (lr.processed < m.end)
         break;

@@ -238,6 +238,7 @@ struct Engine::MessageRun {
     uint64_t count;
     DataType dtype;
     bool announced = false;  // a receive whose sender was told it is posted
+    bool done = false;       // a send whose completion condition held (completeSends)
   };
   Engine& engine;
   const CollectiveArgs& base;
@@ -248,6 +249,12 @@ struct Engine::MessageRun {
   std::vector<std::unique_ptr<transport::MemoryRegion>> regions;  // the sends' buffers
   std::vector<Message> list;
   size_t reported = 0;  // messages reported complete (in order)
+  // By link: its sends (indices in list) and how many of them completed, in order. Sends
+  // complete per link, whatever the messages to other peers before them in list are waiting
+  // for: Link::messagesSentDone must keep up with what the receiver completed, or its notices
+  // would fall outside the window a sender keeps (PostedReceives::kAccept).
+  std::vector<std::vector<size_t>> sendsOf;
+  std::vector<size_t> sendsDone;
   // A receive completed whose sender waits for its credits (it was not announced): they go
   // back before the run ends. Announced ones go back with the next batch or idle moment.
   bool owesCredits = false;
@@ -267,6 +274,7 @@ struct Engine::MessageRun {
   // sender's test of a send whose writes completed (throws on a notice that disagrees).
   bool announceReceive(Run::LinkRun& lr, const MessageInput& m);
   bool receiverPosted(Run& run, const Message& m);
+  void completeSends(Run& run);
 };
 
 struct Engine::Prepared {

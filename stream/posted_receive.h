@@ -55,7 +55,13 @@ struct PostedReceive {
 /// keeps a notice only for its messages fewer than kAccept ahead of its oldest incomplete one:
 /// a 10-bit ordinal then names one message, and a late notice for a message already completed
 /// on its credits is dropped (tcp spreads a connection over sockets, so notices may overtake
-/// each other and credits).
+/// each other and credits). The receiver of an announced message holds its credits until its
+/// next batch or idle round, so a notice must not be dropped for being too far ahead: a sender
+/// completes its sends to each peer in order as their notices and credits come, whatever its
+/// messages to other peers wait for (MessageRun::completeSends), and the receiver completes a
+/// receive only after its chunks arrived, which the sender posted with credits for all but the
+/// last slots (at most 64): the receiver is never more than 64 + 64 messages ahead of the
+/// sender's oldest incomplete one, well inside kAccept.
 class PostedReceives {
  public:
   static constexpr uint32_t kWindow = 64;

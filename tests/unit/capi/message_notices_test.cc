@@ -153,6 +153,78 @@ TEST_P(MessageNotices, ADtypeMismatchOfEqualSizeFailsBothRanks) {
   }
 }
 
+// Rank 0 posts a receive from rank 2 (which sends only after 300 ms) and then 552 one-element
+// sends to rank 1, all in one run whose in-order reports wait for that receive. Rank 1 takes
+// them in batches and then idles for 1.5 s without a call. Rank 0's sends must complete once
+// rank 2's message is in, without rank 1's help: they complete per link as notices and credits
+// come, so rank 0 keeps rank 1's notices for messages 512-551 (counted from sends reported in
+// order, they fell outside the 512 a sender keeps, and rank 1 held the credits of the last
+// announced ones until its next call).
+TEST_P(MessageNotices, SendsBehindAWaitingReceiveCompleteWhileTheirReceiverIdles) {
+  using Clock = std::chrono::steady_clock;
+  constexpr int kBatches[] = {100, 100, 100, 100, 100, 12, 40};
+  constexpr int kSends = 552;
+  constexpr auto kIdle = std::chrono::milliseconds(1500);
+  Clock::time_point sendsDone{}, idleFrom{};
+  Failures f;
+  runRanks(3, options(), [&](int rank, gs_comm_t comm) {
+    auto fail = [&](const std::string& what) {
+      f.add("rank " + std::to_string(rank) + ": " + what + ": " + gs_last_error());
+    };
+    std::vector<float> values(kSends, 0.0f);
+    if (rank == 0) {
+      float from2 = 0;
+      std::vector<gs_request_t> reqs(kSends + 1, nullptr);
+      if (gs_irecv(&from2, 1, GS_FLOAT32, 2, comm, nullptr, &reqs[0]) != GS_OK)
+        return fail("irecv");
+      for (int m = 0; m < kSends; ++m) {
+        values[m] = static_cast<float>(m);
+        if (gs_isend(&values[m], 1, GS_FLOAT32, 1, comm, nullptr, &reqs[m + 1]) != GS_OK)
+          return fail("isend");
+      }
+      for (gs_request_t r : reqs) {
+        if (gs_wait(r, -1) != GS_OK)
+          fail("wait");
+        gs_request_free(r);
+      }
+      sendsDone = Clock::now();
+    } else if (rank == 1) {
+      int m = 0;
+      for (int batch : kBatches) {
+        std::vector<gs_request_t> reqs(batch, nullptr);
+        for (int i = 0; i < batch; ++i, ++m) {
+          if (gs_irecv(&values[m], 1, GS_FLOAT32, 0, comm, nullptr, &reqs[i]) != GS_OK)
+            return fail("irecv");
+        }
+        for (gs_request_t r : reqs) {
+          if (gs_wait(r, -1) != GS_OK)
+            fail("wait");
+          gs_request_free(r);
+        }
+      }
+      for (int i = 0; i < kSends; ++i) {
+        if (values[i] != static_cast<float>(i))
+          return f.add("rank 1: message " + std::to_string(i) + " is " + std::to_string(values[i]));
+      }
+      idleFrom = Clock::now();
+      std::this_thread::sleep_for(kIdle);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      const float one = 1.0f;
+      if (gs_send(&one, 1, GS_FLOAT32, 0, comm, nullptr) != GS_OK)
+        fail("send");
+    }
+    if (gs_barrier(comm) != GS_OK)
+      fail("barrier");
+  });
+  ASSERT_TRUE(f.list.empty()) << ::testing::PrintToString(f.list);
+  // Rank 1 idles until idleFrom + 1.5 s; rank 0's sends were free from about 300 ms in.
+  EXPECT_LT(sendsDone, idleFrom + kIdle - std::chrono::milliseconds(500))
+      << "rank 0's sends completed only "
+      << std::chrono::duration_cast<std::chrono::milliseconds>(sendsDone - idleFrom).count()
+      << " ms after rank 1 went idle (for 1500 ms)";
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports,
                          MessageNotices,
                          ::testing::Values("loopback", "tcp", "shm"),
