@@ -338,8 +338,10 @@ GS_API gs_status_t gs_alltoallv(const void* sendbuff,
  * both counts, and nothing of that message is written. Float messages honour the
  * communicator's codec like the collectives (decoded on arrival; exact for raw and integers).
  *
- * A send completes once the receiver has the whole message (its receive consumed every chunk),
- * a receive once the message is in buff: then the buffer may be reused. gs_send and gs_recv
+ * A send completes once its bytes have left buff and the receiver has the whole message (its
+ * receive consumed every chunk) or, for a message of at most 32 KiB, has posted the receive
+ * that takes it with the same count and dtype; a receive once the message is in buff: then the
+ * buffer may be reused. gs_send and gs_recv
  * block until then, so two ranks that both call gs_send to each other first wait for each
  * other until the timeout; exchange with gs_isend / gs_irecv (any order, any size) and wait
  * for both. Point-to-point requests posted back to back run concurrently, newly posted ones
