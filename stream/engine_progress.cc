@@ -206,10 +206,9 @@ void Engine::Run::execute(uint64_t startNs) {
     }
     // Credits short of a batch go back at the first idle moment, when this rank waits anyway;
     // where ranks outnumber cores that moment is another rank's core time, so they wait for
-    // creditFlushAfter_ of idling (Engine::setCreditFlushAfter). Point-to-point runs return
-    // them at once: a send completes only when its credits are back.
-    // Point-to-point runs hold them only while no sender waits for them (notices, see
-    // MessageRun::owesCredits).
+    // creditFlushAfter_ of idling (Engine::setCreditFlushAfter). A point-to-point run returns
+    // them at once while a sender waits for them (a receive it did not announce,
+    // MessageRun::owesCredits); an announced message's sender completes on the notice.
     const bool holdCredits = messages != nullptr ? !messages->owesCredits : delayCredits;
     if (!progress && !holdCredits) {
       for (size_t li = 0; li < links.size(); ++li)
