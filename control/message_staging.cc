@@ -121,6 +121,8 @@ void MessageStaging::waitFor(const StreamMark& issued, const char* what) {
 void MessageStaging::waitFor(codecs::DeviceMemory::Event* event,
                              const char* what,
                              const char* waitingFor) {
+  if (memory_->done(event))
+    return;  // the usual case: no description to build
   waitForEvent(*memory_, event, timeoutMs_, abortFlag_,
                formatString("%s (%s)", waitingFor, what).c_str());
 }

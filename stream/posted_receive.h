@@ -9,8 +9,11 @@
 // and a send costs one crossing instead of a round trip. A notice that disagrees fails the
 // send naming both counts, as the receiver does: a mismatch still fails on both ranks.
 //
-// Notices are an optimisation only: one that is not sent (queue full, a large receive), lost
-// or stale leaves the send to complete on its credits as before.
+// Notices are an optimisation only: a receive not announced (a full queue, a large receive, too
+// far ahead) leaves its send to complete on its credits, which the receiver then returns at
+// once; a late notice for a send completed already is dropped. A notice that was sent is never
+// dropped while its send is incomplete (PostedReceives), so the credits the receiver holds for
+// an announced message never strand its sender.
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -19,8 +22,9 @@
 
 namespace gs::stream {
 
-/// Messages up to this size may complete on a notice. Below the single-copy threshold (64 KiB
-/// chunks): their bytes are out of the sender's buffer once its writes completed.
+/// Messages up to this size may complete on a notice: the latency-bound ones, whose count fits
+/// the notice's 15 bits for every dtype. (A send's writes complete only once its bytes are out
+/// of its buffer, single-copy chunks included, so the bound is not what makes it safe.)
 inline constexpr uint64_t kEagerMessageBytes = 32 << 10;
 
 /// What a notice says about one receive.
