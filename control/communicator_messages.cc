@@ -155,7 +155,12 @@ void Communicator::runMessages(const std::shared_ptr<Request>& first, const Requ
       // controller's rung per link, as the collectives left it.
       base.codec = codec_.get();
       base.adaptive = controller_ != nullptr;
+      // What is queued behind the first joins from the start: its posts then leave in the
+      // run's first round with the first's (over tcp: a sendrecv's data and receive notice in
+      // one write), not a round later.
       std::vector<stream::PointToPointOp> firstOps{admit(first)};
+      for (stream::PointToPointOp& op : feed.more())
+        firstOps.push_back(op);
       metrics_->beginCollective();
       engine_->runPointToPoint(base, std::move(firstOps), feed);
       stream::CollectiveArgs summary;

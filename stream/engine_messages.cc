@@ -96,13 +96,19 @@ void Engine::MessageRun::admit(const std::vector<PointToPointOp>& ops) {
       sendsDone.resize(links.size(), 0);
       sendsOf[li].push_back(list.size() - 1);
     }
-    if (!op.send)
-      list.back().announced = announceReceive(lr, m);
   }
 }
 
-bool Engine::MessageRun::announceReceive(Run::LinkRun& lr, const MessageInput& m) {
-  Link& link = *lr.link;
+void Engine::MessageRun::announceReceives() {
+  for (; announceFrom < list.size(); ++announceFrom) {
+    Message& m = list[announceFrom];
+    if (!m.send)
+      m.announced = announceReceive(m);
+  }
+}
+
+bool Engine::MessageRun::announceReceive(const Message& m) {
+  Link& link = *links[m.link].link;
   if (!PostedReceive::eligible(m.count, m.dtype) ||
       m.id - link.messagesReceivedDone >= PostedReceives::kWindow) {
     return false;
@@ -161,6 +167,7 @@ void Engine::MessageRun::completeSends(Run& run) {
 
 bool Engine::MessageRun::advance(Run& run, bool idle) {
   bool progress = false;
+  announceReceives();
   completeSends(run);
   while (reported < list.size()) {
     const Message& m = list[reported];
@@ -186,6 +193,7 @@ bool Engine::MessageRun::advance(Run& run, bool idle) {
     std::vector<PointToPointOp> more = feed.more();
     if (!more.empty()) {
       admit(more);
+      announceReceives();
       progress = true;
     }
   }

@@ -47,6 +47,32 @@ inline uint64_t nowNs() {
 
 // Execution state of one collective.
 struct Engine::Run {
+  struct LinkRun;
+  // One progress round's posts held and sent together at its end (Connection::beginPostBatch):
+  // over tcp a small message's data and the notices and credits posted with it leave in one
+  // system call. Ends at end() or when the round leaves, by return or by a failure's throw.
+  class PostBatch {
+   public:
+    explicit PostBatch(std::vector<LinkRun>& links) : links_(links) {
+      for (LinkRun& l : links_)
+        l.link->connection().beginPostBatch();
+    }
+    ~PostBatch() { end(); }
+    PostBatch(const PostBatch&) = delete;
+    PostBatch& operator=(const PostBatch&) = delete;
+    void end() {
+      if (ended_)
+        return;
+      ended_ = true;
+      for (LinkRun& l : links_)
+        l.link->connection().endPostBatch();
+    }
+
+   private:
+    std::vector<LinkRun>& links_;
+    bool ended_ = false;
+  };
+
   struct LinkRun {
     Link* link = nullptr;
     Plan::LinkQueues* queues = nullptr;
@@ -248,7 +274,8 @@ struct Engine::MessageRun {
   std::vector<int> linkOf;  // by peer: index in links, -1 before its first message
   std::vector<std::unique_ptr<transport::MemoryRegion>> regions;  // the sends' buffers
   std::vector<Message> list;
-  size_t reported = 0;  // messages reported complete (in order)
+  size_t reported = 0;      // messages reported complete (in order)
+  size_t announceFrom = 0;  // messages from here on may hold receives not yet announced
   // By link: its sends (indices in list) and how many of them completed, in order. Sends
   // complete per link, whatever the messages to other peers before them in list are waiting
   // for: Link::messagesSentDone must keep up with what the receiver completed, or its notices
@@ -272,7 +299,10 @@ struct Engine::MessageRun {
   static bool travelsRaw(const Run::LinkRun& lr, DataType dtype);
   // Receive posted notices (stream/posted_receive.h): the receiver's announcement, and the
   // sender's test of a send whose writes completed (throws on a notice that disagrees).
-  bool announceReceive(Run::LinkRun& lr, const MessageInput& m);
+  // Receives are announced in the progress round, not where they are admitted: the round's
+  // post batch then carries the notices with the round's data (one writev over tcp).
+  void announceReceives();
+  bool announceReceive(const Message& m);
   bool receiverPosted(Run& run, const Message& m);
   void completeSends(Run& run);
 };

@@ -68,6 +68,13 @@ class Connection {
 
   /// Drives the connection and returns up to out.size() completions. Never blocks.
   virtual size_t poll(std::span<Completion> out) = 0;
+  /// Between beginPostBatch() and endPostBatch() a transport may hold what is posted and send
+  /// it together at the end (tcp: the frames of a progress round leave in one writev on one
+  /// socket instead of a system call each, which a small message's latency is made of). Posts
+  /// outside a batch leave at once; poll() and endPostBatch() send what a batch held. Default:
+  /// nothing held.
+  virtual void beginPostBatch() {}
+  virtual void endPostBatch() {}
 
   /// Why the connection failed; empty while it is healthy.
   virtual std::string errorMessage() const = 0;

@@ -27,6 +27,10 @@ constexpr int kWritesPerPoll = 4;
 constexpr int kReadsPerPoll = 16;
 // Room for incoming frames beyond our own ops and posted receives.
 constexpr size_t kExtraCompletions = 256;
+// In a post batch, frames up to this size share a socket with the batch's other small frames,
+// up to kBatchedQueueBytes queued there; larger ones spread over the sockets for bandwidth.
+constexpr size_t kBatchedFrameBytes = 16 << 10;
+constexpr size_t kBatchedQueueBytes = 64 << 10;
 
 bool wouldBlock(const error_code& ec) {
   return ec == asio::error::would_block || ec == asio::error::try_again;
@@ -102,10 +106,21 @@ void Connection::closeChannel(Channel& ch) {
   failIo(asio::error::eof);
 }
 
-PostResult Connection::enqueue(const SendOp& op) {
+Connection::Channel* Connection::chooseChannel(const SendOp& op) {
+  const size_t n = channels_.size();
+  if (batching_ && op.total <= kBatchedFrameBytes) {
+    // A small frame joins the small frames this batch already queued: one writev carries them
+    // all, and the peer reads them in one pass over one socket.
+    for (size_t k = 0; k < n; ++k) {
+      Channel& ch = *channels_[k];
+      if (ch.unwritten < ch.ops.size() && !ch.ops.full() && !ch.closedByPeer &&
+          ch.queuedBytes + op.total <= kBatchedQueueBytes) {
+        return &ch;
+      }
+    }
+  }
   // Least-loaded socket with room; equal loads rotate so small messages spread too.
   Channel* best = nullptr;
-  const size_t n = channels_.size();
   for (size_t k = 0; k < n; ++k) {
     Channel& ch = *channels_[(nextChannel_ + k) % n];
     if (ch.ops.full() || ch.closedByPeer)
@@ -113,17 +128,38 @@ PostResult Connection::enqueue(const SendOp& op) {
     if (!best || ch.queuedBytes < best->queuedBytes)
       best = &ch;
   }
-  if (!best)
+  if (best != nullptr)
+    nextChannel_ = (nextChannel_ + 1) % n;
+  return best;
+}
+
+PostResult Connection::enqueue(const SendOp& op) {
+  Channel* ch = chooseChannel(op);
+  if (ch == nullptr)
     return PostResult::kWouldBlock;
-  nextChannel_ = (nextChannel_ + 1) % n;
-  best->ops.push(op);
-  best->queuedBytes += op.total;
+  ch->ops.push(op);
+  ch->queuedBytes += op.total;
+  if (batching_)
+    return PostResult::kOk;  // endPostBatch (or the next poll) writes it
   // Write eagerly: a small message leaves now instead of at the next poll.
-  flush(*best);
+  flush(*ch);
   if (failed_)
     return PostResult::kError;
-  updateEvents(*best);
+  updateEvents(*ch);
   return PostResult::kOk;
+}
+
+void Connection::endPostBatch() {
+  batching_ = false;
+  for (auto& ch : channels_) {
+    if (failed_)
+      return;
+    if (ch->unwritten < ch->ops.size()) {
+      flush(*ch);
+      if (!failed_)
+        updateEvents(*ch);
+    }
+  }
 }
 
 PostResult Connection::postWrite(std::span<const LocalSegment> segments,

@@ -47,6 +47,8 @@ class Connection final : public transport::Connection {
   PostResult postSend(const LocalSegment& segment, WorkId id) override;
   PostResult postRecv(const LocalSegment& segment, WorkId id) override;
   size_t poll(std::span<Completion> out) override;
+  void beginPostBatch() override { batching_ = true; }
+  void endPostBatch() override;
   std::string errorMessage() const override;
 
   /// TCP_INFO of every live socket: the largest rtt, summed retransmits and cwnd.
@@ -92,6 +94,9 @@ class Connection final : public transport::Connection {
   };
 
   PostResult enqueue(const SendOp& op);
+  // Where op goes: in a batch, behind the small frames already waiting on a socket; otherwise
+  // the least-loaded socket with room. Null when every socket is full or closed.
+  Channel* chooseChannel(const SendOp& op);
   // Writes as much queued data as the kernel takes (bounded) and retires finished ops.
   void flush(Channel& ch);
   void retire(Channel& ch);
@@ -115,6 +120,7 @@ class Connection final : public transport::Connection {
   Ring<Completion> completions_;
   Ring<PostedRecv> recvs_;
   size_t nextChannel_ = 0;  // round-robin start for choosing among equally loaded sockets
+  bool batching_ = false;   // between beginPostBatch and endPostBatch: posts wait to be flushed
   bool failed_ = false;
   bool errorReported_ = false;
   Errc failStatus_ = Errc::kOk;

@@ -200,6 +200,49 @@ TEST_P(TransportTest, ManyWritesInFlightWithBackPressure) {
   EXPECT_EQ(src, asVector(*rd));
 }
 
+// A progress round's posts in a batch (Connection::beginPostBatch): small and large writes
+// mixed, more than fit one socket's share, all land whole with their own imm and bytes, and
+// every write completes, whatever the transport holds back until endPostBatch.
+TEST_P(TransportTest, WritesPostedInABatchAllLandWhole) {
+  auto ranks = connectRanks(backend(), 2);
+  constexpr size_t kSmall = 100, kLarge = 200 << 10;
+  constexpr int kRounds = 3, kSmallPerRound = 40;
+  constexpr size_t kPerRound = kSmallPerRound * kSmall + kLarge;
+  std::vector<uint8_t> src = pattern(kRounds * kPerRound, 5);
+  auto rs = ranks[0].device->registerMemory(src.data(), src.size());
+  auto rd = ranks[1].device->allocateRegion(src.size());
+  Connection& conn = *ranks[0].peers[1];
+  uint32_t imm = 0;
+  size_t offset = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    conn.beginPostBatch();
+    for (int i = 0; i <= kSmallPerRound; ++i) {
+      // The large write in the middle of the round: small frames on both sides of it.
+      const size_t length = i == kSmallPerRound / 2 ? kLarge : kSmall;
+      LocalSegment seg{rs.get(), offset, length};
+      ASSERT_EQ(conn.postWrite({&seg, 1}, rd->remoteKey(), offset, imm, imm), PostResult::kOk)
+          << conn.errorMessage();
+      offset += length;
+      ++imm;
+    }
+    conn.endPostBatch();
+  }
+  ASSERT_TRUE(pump(ranks, [&] {
+    return countKind(ranks[1], CompletionKind::kRemoteWrite) == imm &&
+           countKind(ranks[0], CompletionKind::kWrite) == imm;
+  })) << conn.errorMessage();
+  std::set<uint32_t> imms;
+  for (const Completion& c : ranks[1].completions) {
+    if (c.kind != CompletionKind::kRemoteWrite)
+      continue;
+    imms.insert(c.imm);
+    const bool large = c.imm % (kSmallPerRound + 1) == kSmallPerRound / 2;
+    EXPECT_EQ(c.length, large ? kLarge : kSmall) << "imm " << c.imm;
+  }
+  EXPECT_EQ(imms.size(), size_t{imm});
+  EXPECT_EQ(src, asVector(*rd));
+}
+
 TEST_P(TransportTest, SendRecvFifo) {
   RankSetup setup;
   setup.socketsPerPeer = 1;  // one socket keeps the order of sends (several may reorder them)

@@ -52,6 +52,44 @@ struct RawSocket {
   int fd = -1;
 };
 
+// In a post batch a tcp connection holds its frames until endPostBatch (or its next poll),
+// then sends them: the small frames of one batch share a socket, so they leave in one writev
+// and the peer reads them in one pass (a sendrecv's data and its receive notice).
+TEST(TcpTransport, ABatchHoldsItsFramesUntilItEndsThenSendsThemAll) {
+  auto ranks = connectRanks("tcp", 2);
+  std::vector<uint8_t> src(64, 7);
+  auto rs = ranks[0].device->registerMemory(src.data(), src.size());
+  auto rd = ranks[1].device->allocateRegion(4096);
+  Connection& conn = *ranks[0].peers[1];
+  conn.beginPostBatch();
+  for (uint32_t i = 0; i < 3; ++i) {
+    LocalSegment seg{rs.get(), 0, src.size()};
+    ASSERT_EQ(conn.postWrite({&seg, 1}, rd->remoteKey(), i * 64, 100 + i, i), PostResult::kOk);
+  }
+  // Held: the peer sees nothing however long it polls (the sender does not poll: its poll
+  // would send them).
+  Completion buf[8];
+  auto pollReceiver = [&](std::chrono::milliseconds limit) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    size_t landed = 0;
+    while (landed == 0 && std::chrono::steady_clock::now() < until)
+      landed = ranks[1].peers[0]->poll(buf);
+    return landed;
+  };
+  EXPECT_EQ(pollReceiver(200ms), 0u);
+  conn.endPostBatch();
+  ASSERT_TRUE(pump(ranks, [&] {
+    return countKind(ranks[1], CompletionKind::kRemoteWrite) == 3 &&
+           countKind(ranks[0], CompletionKind::kWrite) == 3;
+  }));
+  // Outside a batch a post leaves at once, without a poll of the sender.
+  ranks[1].completions.clear();
+  LocalSegment seg{rs.get(), 0, 8};
+  ASSERT_EQ(conn.postWrite({&seg, 1}, rd->remoteKey(), 0, 200, 9), PostResult::kOk);
+  ASSERT_EQ(pollReceiver(3000ms), 1u);
+  EXPECT_EQ(buf[0].imm, 200u);
+}
+
 TEST(TcpTransport, GarbageOnListenerIsRejectedAndPeersStillConnect) {
   const uint64_t fabric = freshFabricId();
   RankSetup setup;
