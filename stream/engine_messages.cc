@@ -102,8 +102,14 @@ void Engine::MessageRun::admit(const std::vector<PointToPointOp>& ops) {
 void Engine::MessageRun::announceReceives() {
   for (; announceFrom < list.size(); ++announceFrom) {
     Message& m = list[announceFrom];
-    if (!m.send)
-      m.announced = announceReceive(m);
+    if (m.send)
+      continue;
+    m.announced = announceReceive(m);
+    // Its sender waits for the credits: this run returns them as they free, from now on. Set
+    // only once the receive completed, a credit freed earlier waited for the run's idle flush
+    // behind a send listed first that waited for the peer's credits in turn (a 64 KiB sendrecv
+    // over tcp: 25 -> 45 us).
+    owesCredits |= !m.announced;
   }
 }
 
@@ -180,10 +186,8 @@ bool Engine::MessageRun::advance(Run& run, bool idle) {
         break;
       // A sender whose send waits for these credits (no notice): they go now, not at the next
       // idle moment of a collective.
-      if (!m.announced) {
+      if (!m.announced)
         run.returnCredits(m.link, true);
-        owesCredits = true;
-      }
       ++lr.link->messagesReceivedDone;
     }
     feed.completed(reported++);

@@ -206,7 +206,7 @@ void Engine::Run::execute(uint64_t startNs) {
                             : std::chrono::microseconds(0);
   for (;;) {
     // What this round posts leaves together at its end (tcp: one writev per socket).
-    PostBatch batch(links);
+    PostBatch batch(links, bytes <= kPostBatchMaxBytes);
     bool progress = false;
     for (size_t li = 0; li < links.size(); ++li)
       progress |= pollLink(li);

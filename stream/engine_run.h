@@ -51,9 +51,13 @@ struct Engine::Run {
   // One progress round's posts held and sent together at its end (Connection::beginPostBatch):
   // over tcp a small message's data and the notices and credits posted with it leave in one
   // system call. Ends at end() or when the round leaves, by return or by a failure's throw.
+  // Only small calls batch (active): in a large one a credit held to the end of a round that
+  // reduces chunks meanwhile would idle its sender.
   class PostBatch {
    public:
-    explicit PostBatch(std::vector<LinkRun>& links) : links_(links) {
+    PostBatch(std::vector<LinkRun>& links, bool active) : links_(links), ended_(!active) {
+      if (!active)
+        return;
       for (LinkRun& l : links_)
         l.link->connection().beginPostBatch();
     }
@@ -70,8 +74,10 @@ struct Engine::Run {
 
    private:
     std::vector<LinkRun>& links_;
-    bool ended_ = false;
+    bool ended_;
   };
+  // Calls up to this size batch their rounds' posts (PostBatch).
+  static constexpr size_t kPostBatchMaxBytes = 64 << 10;
 
   struct LinkRun {
     Link* link = nullptr;
@@ -282,8 +288,9 @@ struct Engine::MessageRun {
   // would fall outside the window a sender keeps (PostedReceives::kAccept).
   std::vector<std::vector<size_t>> sendsOf;
   std::vector<size_t> sendsDone;
-  // A receive completed whose sender waits for its credits (it was not announced): they go
-  // back before the run ends. Announced ones go back with the next batch or idle moment.
+  // The run holds a receive whose sender waits for its credits (it was not announced): credits
+  // go back at every idle moment and before the run ends. With announced receives only, they
+  // go back a batch at a time or after kAnnouncedCreditHold of idling.
   bool owesCredits = false;
 
   MessageRun(Engine& e, const CollectiveArgs& b, const PointToPointFeed& f);
