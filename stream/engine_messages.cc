@@ -11,13 +11,57 @@
 namespace gs::stream {
 
 Engine::MessageRun::MessageRun(Engine& e, const CollectiveArgs& b, const PointToPointFeed& f)
-    : engine(e), base(b), feed(f), linkOf(static_cast<size_t>(e.nranks_), -1) {
-  plan.links.reserve(static_cast<size_t>(e.nranks_));
-  links.reserve(static_cast<size_t>(e.nranks_));
-  if (e.messagesSent_.size() < static_cast<size_t>(e.nranks_)) {
-    e.messagesSent_.resize(static_cast<size_t>(e.nranks_), 0);
-    e.messagesReceived_.resize(static_cast<size_t>(e.nranks_), 0);
+    : engine(e), base(b), feed(f) {
+  if (e.messageRunSpare_ != nullptr) {
+    MessageRunSpare& spare = *e.messageRunSpare_;
+    plan = std::move(spare.plan);
+    links = std::move(spare.links);
+    linkOf = std::move(spare.linkOf);
+    regions = std::move(spare.regions);
+    list = std::move(spare.list);
+    sendsOf = std::move(spare.sendsOf);
+    sendsDone = std::move(spare.sendsDone);
+    spareSendDone = std::move(spare.sendDone);
   }
+  const auto nranks = static_cast<size_t>(e.nranks_);
+  linkOf.assign(nranks, -1);
+  // Never reallocated while the run runs: LinkRun::queues points into plan.links.
+  plan.links.reserve(nranks);
+  links.reserve(nranks);
+  if (e.messagesSent_.size() < nranks) {
+    e.messagesSent_.resize(nranks, 0);
+    e.messagesReceived_.resize(nranks, 0);
+  }
+}
+
+Engine::MessageRun::~MessageRun() {
+  regions.clear();  // the registrations end with the run
+  for (Run::LinkRun& lr : links) {
+    lr.sendDone.clear();
+    spareSendDone.push_back(std::move(lr.sendDone));
+  }
+  links.clear();
+  list.clear();
+  plan.deps.clear();
+  plan.messages.clear();
+  for (Plan::LinkQueues& q : plan.links) {
+    q.sends.clear();
+    q.recvs.clear();
+  }
+  for (std::vector<size_t>& sends : sendsOf)
+    sends.clear();
+  sendsDone.clear();
+  if (engine.messageRunSpare_ == nullptr)
+    engine.messageRunSpare_ = std::make_unique<MessageRunSpare>();
+  MessageRunSpare& spare = *engine.messageRunSpare_;
+  spare.plan = std::move(plan);
+  spare.links = std::move(links);
+  spare.linkOf = std::move(linkOf);
+  spare.regions = std::move(regions);
+  spare.list = std::move(list);
+  spare.sendsOf = std::move(sendsOf);
+  spare.sendsDone = std::move(sendsDone);
+  spare.sendDone = std::move(spareSendDone);
 }
 
 // Integers, and floats the codec cannot encode, travel in their dtype (as for collectives).
@@ -31,10 +75,17 @@ size_t Engine::MessageRun::linkFor(int peer) {
   Link* link = engine.links_[peer];
   GS_CHECK(link != nullptr && link->connected(), Errc::kInternal,
            "no connection to rank %d for a message", peer);
-  plan.links.push_back({peer, {}, {}});
+  if (queuesUsed == plan.links.size())
+    plan.links.push_back({peer, {}, {}});
+  Plan::LinkQueues& queues = plan.links[queuesUsed++];
+  queues.peer = peer;
   Run::LinkRun lr;
   lr.link = link;
-  lr.queues = &plan.links.back();
+  lr.queues = &queues;
+  if (!spareSendDone.empty()) {
+    lr.sendDone = std::move(spareSendDone.back());
+    spareSendDone.pop_back();
+  }
   if (static_cast<size_t>(peer) < engine.counters_.size())
     lr.counters = engine.counters_[peer];
   // Joins now: its chunks start where the link's sequences stand (nothing else uses the link
@@ -47,8 +98,12 @@ size_t Engine::MessageRun::linkFor(int peer) {
   if (lr.codec != nullptr)
     link->ensureEncodeStaging();
   links.push_back(std::move(lr));
-  linkOf[peer] = static_cast<int>(links.size() - 1);
-  return links.size() - 1;
+  const size_t li = links.size() - 1;
+  linkOf[peer] = static_cast<int>(li);
+  if (sendsOf.size() <= li)
+    sendsOf.emplace_back();
+  sendsDone.push_back(0);
+  return li;
 }
 
 void Engine::MessageRun::admit(const std::vector<PointToPointOp>& ops) {
@@ -91,11 +146,8 @@ void Engine::MessageRun::admit(const std::vector<PointToPointOp>& ops) {
     lr.sendDone.resize(lr.queues->sends.size(), 0);
     list.push_back({li, op.send, op.send ? lr.queues->sends.size() : lr.queues->recvs.size(), m.id,
                     m.count, m.dtype});
-    if (op.send) {
-      sendsOf.resize(links.size());
-      sendsDone.resize(links.size(), 0);
+    if (op.send)
       sendsOf[li].push_back(list.size() - 1);
-    }
   }
 }
 
@@ -153,7 +205,7 @@ bool Engine::MessageRun::receiverPosted(Run& run, const Message& m) {
 }
 
 void Engine::MessageRun::completeSends(Run& run) {
-  for (size_t li = 0; li < sendsOf.size(); ++li) {
+  for (size_t li = 0; li < links.size(); ++li) {
     Run::LinkRun& lr = links[li];
     while (sendsDone[li] < sendsOf[li].size()) {
       Message& m = list[sendsOf[li][sendsDone[li]]];

@@ -275,7 +275,12 @@ struct Engine::MessageRun {
   Engine& engine;
   const CollectiveArgs& base;
   const PointToPointFeed& feed;
+  // The lists below come from the engine's spare (Engine::MessageRunSpare) and go back to it
+  // emptied: a loop of small sendrecvs allocated them afresh on every call (14 of a sendrecv's
+  // 30 allocations per rank). plan.links keeps entries past the run's links, their queues
+  // emptied, for their capacity: queuesUsed of them are this run's.
   Plan plan;
+  size_t queuesUsed = 0;
   std::vector<Run::LinkRun> links;
   std::vector<int> linkOf;  // by peer: index in links, -1 before its first message
   std::vector<std::unique_ptr<transport::MemoryRegion>> regions;  // the sends' buffers
@@ -285,15 +290,21 @@ struct Engine::MessageRun {
   // By link: its sends (indices in list) and how many of them completed, in order. Sends
   // complete per link, whatever the messages to other peers before them in list are waiting
   // for: Link::messagesSentDone must keep up with what the receiver completed, or its notices
-  // would fall outside the window a sender keeps (PostedReceives::kAccept).
+  // would fall outside the window a sender keeps (PostedReceives::kAccept). sendsOf may hold
+  // more (emptied) entries than there are links, for their capacity.
   std::vector<std::vector<size_t>> sendsOf;
   std::vector<size_t> sendsDone;
+  std::vector<std::vector<uint8_t>> spareSendDone;  // LinkRun::sendDone vectors to reuse
   // The run holds a receive whose sender waits for its credits (it was not announced): credits
   // go back at every idle moment and before the run ends. With announced receives only, they
   // go back a batch at a time or after kAnnouncedCreditHold of idling.
   bool owesCredits = false;
 
   MessageRun(Engine& e, const CollectiveArgs& b, const PointToPointFeed& f);
+  // Releases the sends' registrations and leaves the lists, emptied, to the next run.
+  ~MessageRun();
+  MessageRun(const MessageRun&) = delete;
+  MessageRun& operator=(const MessageRun&) = delete;
   void admit(const std::vector<PointToPointOp>& ops);
   /// Reports the messages done since the last call (in order) and admits new ones: once per
   /// round of the progress loop. idle: the round made no progress.
@@ -312,6 +323,17 @@ struct Engine::MessageRun {
   bool announceReceive(const Message& m);
   bool receiverPosted(Run& run, const Message& m);
   void completeSends(Run& run);
+};
+
+struct Engine::MessageRunSpare {
+  Plan plan;
+  std::vector<Run::LinkRun> links;
+  std::vector<int> linkOf;
+  std::vector<std::unique_ptr<transport::MemoryRegion>> regions;
+  std::vector<MessageRun::Message> list;
+  std::vector<std::vector<size_t>> sendsOf;
+  std::vector<size_t> sendsDone;
+  std::vector<std::vector<uint8_t>> sendDone;
 };
 
 struct Engine::Prepared {

@@ -289,7 +289,6 @@ void Connection::flush(Channel& ch) {
 
 bool Connection::startFrame(Channel& ch) {
   const FrameHeader h = ch.header;
-  ch.headerGot = 0;
   if (h.reserved[0] | h.reserved[1] | h.reserved[2]) {
     fail(Errc::kRemote, formatString("peer rank %d sent an invalid frame: reserved bytes are "
                                      "not zero",
@@ -349,40 +348,64 @@ bool Connection::startSend(Channel& ch) {
   return true;
 }
 
-void Connection::receive(Channel& ch) {
-  auto* headerBytes = reinterpret_cast<uint8_t*>(&ch.header);
-  for (int i = 0; i < kReadsPerPoll && !failed_; ++i) {
+bool Connection::consumeAhead(Channel& ch) {
+  for (;;) {
+    if (failed_)
+      return false;
     if (ch.state == RecvState::kWaitRecv) {
       if (recvs_.empty() || !startSend(ch))
-        return;
-    }
-    if (ch.state == RecvState::kPayload && ch.payloadLeft == 0) {
-      if (completions_.full())
-        return;  // resume when the caller has polled
-      completions_.push(ch.landing);
-      ch.state = RecvState::kHeader;
+        return false;
       continue;
     }
-    if (ch.state == RecvState::kHeader && ch.headerGot == sizeof(FrameHeader)) {
-      if (!startFrame(ch))
-        return;
+    const size_t ahead = ch.aheadEnd - ch.aheadBegin;
+    if (ch.state == RecvState::kPayload) {
+      if (ch.payloadLeft == 0) {
+        if (completions_.full())
+          return false;  // resume when the caller has polled
+        completions_.push(ch.landing);
+        ch.state = RecvState::kHeader;
+        continue;
+      }
+      if (ahead == 0)
+        return true;
+      const size_t take = std::min(ahead, ch.payloadLeft);
+      std::memcpy(ch.payloadAt, ch.ahead.get() + ch.aheadBegin, take);
+      ch.payloadAt += take;
+      ch.payloadLeft -= take;
+      ch.aheadBegin += take;
       continue;
     }
+    if (ahead < sizeof(FrameHeader))
+      return true;
+    std::memcpy(&ch.header, ch.ahead.get() + ch.aheadBegin, sizeof(FrameHeader));
+    ch.aheadBegin += sizeof(FrameHeader);
+    if (!startFrame(ch))
+      return false;
+  }
+}
+
+void Connection::receive(Channel& ch) {
+  // Each read takes what the socket holds: the rest of a payload straight into its target, and
+  // behind it (or alone, between frames) up to kReadAheadBytes more, from which the following
+  // frames' headers and small payloads are taken without another system call. Small frames
+  // sent together (a message's data and its receive notice) then cost the receiver one read.
+  for (int reads = 0;; ++reads) {
+    if (!consumeAhead(ch) || reads == kReadsPerPoll)
+      return;
+    if (ch.aheadBegin > 0) {  // keep a partial header, start the buffer over
+      std::memmove(ch.ahead.get(), ch.ahead.get() + ch.aheadBegin, ch.aheadEnd - ch.aheadBegin);
+      ch.aheadEnd -= ch.aheadBegin;
+      ch.aheadBegin = 0;
+    }
+    const size_t direct = ch.state == RecvState::kPayload ? ch.payloadLeft : 0;
+    std::array<asio::mutable_buffer, 2> bufs{
+        asio::buffer(ch.payloadAt, direct),
+        asio::buffer(ch.ahead.get() + ch.aheadEnd, kReadAheadBytes - ch.aheadEnd)};
     error_code ec;
-    size_t n;
-    if (ch.state == RecvState::kHeader) {
-      n = ch.socket.read_some(
-          asio::buffer(headerBytes + ch.headerGot, sizeof(FrameHeader) - ch.headerGot), ec);
-    } else {
-      // The payload lands in place; the next header rides along in the same readv, which
-      // saves a system call per message without copying any payload.
-      std::array<asio::mutable_buffer, 2> bufs{asio::buffer(ch.payloadAt, ch.payloadLeft),
-                                               asio::buffer(headerBytes, sizeof(FrameHeader))};
-      n = ch.socket.read_some(bufs, ec);
-    }
+    const size_t n = direct > 0 ? ch.socket.read_some(bufs, ec) : ch.socket.read_some(bufs[1], ec);
     if (wouldBlock(ec))
       return;
-    if (ec == asio::error::eof && ch.state == RecvState::kHeader && ch.headerGot == 0) {
+    if (ec == asio::error::eof && ch.state == RecvState::kHeader && ch.aheadEnd == 0) {
       closeChannel(ch);
       return;
     }
@@ -390,14 +413,10 @@ void Connection::receive(Channel& ch) {
       failIo(ec);
       return;
     }
-    if (ch.state == RecvState::kHeader) {
-      ch.headerGot += n;
-    } else {
-      size_t take = std::min(n, ch.payloadLeft);
-      ch.payloadAt += take;
-      ch.payloadLeft -= take;
-      ch.headerGot = n - take;
-    }
+    const size_t landed = std::min(n, direct);
+    ch.payloadAt += landed;
+    ch.payloadLeft -= landed;
+    ch.aheadEnd += n - landed;
   }
 }
 

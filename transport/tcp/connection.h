@@ -74,9 +74,12 @@ class Connection final : public transport::Connection {
     WorkId id = 0;
   };
   enum class RecvState : uint8_t { kHeader, kPayload, kWaitRecv };
+  // Bytes a socket reads ahead of the frame it is in (see receive()).
+  static constexpr size_t kReadAheadBytes = 8 << 10;
   // One socket with its send queue and receive state machine.
   struct Channel {
-    explicit Channel(sockets::Socket s) : socket(std::move(s)), ops(kOpsPerSocket) {}
+    explicit Channel(sockets::Socket s)
+        : socket(std::move(s)), ops(kOpsPerSocket), ahead(new uint8_t[kReadAheadBytes]) {}
     sockets::Socket socket;
     std::atomic<int> fd{-1};       // -1 once closed; read by appendPollFds
     std::atomic<short> events{0};  // what waitForActivity should wait for
@@ -84,8 +87,11 @@ class Connection final : public transport::Connection {
     size_t unwritten = 0;  // index in ops of the first op not yet fully written
     size_t queuedBytes = 0;
     RecvState state = RecvState::kHeader;
-    FrameHeader header{};  // the frame being received (or the next, while a payload lands)
-    size_t headerGot = 0;
+    FrameHeader header{};  // the frame being received
+    // Read ahead: what arrived past the frame in hand (headers, small payloads, the start of a
+    // large one), [aheadBegin, aheadEnd) of ahead, consumed before the socket is read again.
+    std::unique_ptr<uint8_t[]> ahead;
+    size_t aheadBegin = 0, aheadEnd = 0;
     uint32_t sendLength = 0;  // a send frame waiting for a posted receive
     uint8_t* payloadAt = nullptr;
     size_t payloadLeft = 0;
@@ -102,6 +108,9 @@ class Connection final : public transport::Connection {
   void retire(Channel& ch);
   // Reads and dispatches incoming frames (bounded).
   void receive(Channel& ch);
+  // Advances ch's frames as far as the bytes read ahead go; false when it cannot go on now
+  // (completion queue full, a send frame without a posted receive, a bad frame).
+  bool consumeAhead(Channel& ch);
   bool startFrame(Channel& ch);
   bool startSend(Channel& ch);
   void updateEvents(Channel& ch);

@@ -90,6 +90,38 @@ TEST(TcpTransport, ABatchHoldsItsFramesUntilItEndsThenSendsThemAll) {
   EXPECT_EQ(buf[0].imm, 200u);
 }
 
+// The hello of rank 1's only socket to rank 0: magic, version, socket index, dialer, target,
+// count, reserved, mac.
+void sendHelloAsRank1(RawSocket& raw) {
+  uint8_t hello[40] = {};
+  const uint32_t magic = 0x4c485347;
+  const uint16_t version = 1, index = 0, count = 1;
+  const int32_t dialer = 1, targetRank = 0;
+  std::memcpy(hello + 0, &magic, 4);
+  std::memcpy(hello + 4, &version, 2);
+  std::memcpy(hello + 6, &index, 2);
+  std::memcpy(hello + 8, &dialer, 4);
+  std::memcpy(hello + 12, &targetRank, 4);
+  std::memcpy(hello + 16, &count, 2);
+  AuthTag mac = authTag(testSecret(), "gs-tcp-hello", hello, 24);
+  std::memcpy(hello + 24, mac.data(), 16);
+  raw.sendAll(hello, sizeof(hello));
+}
+
+// A write frame's header (type write, imm, region id, length, offset), without its payload.
+std::vector<uint8_t> writeFrame(const MemoryRegion& region,
+                                uint32_t length,
+                                uint64_t offset,
+                                uint32_t imm) {
+  std::vector<uint8_t> header(24, 0);
+  header[0] = 1;
+  std::memcpy(header.data() + 4, &imm, 4);
+  std::memcpy(header.data() + 8, region.remoteKey().bytes, 4);
+  std::memcpy(header.data() + 12, &length, 4);
+  std::memcpy(header.data() + 16, &offset, 8);
+  return header;
+}
+
 TEST(TcpTransport, GarbageOnListenerIsRejectedAndPeersStillConnect) {
   const uint64_t fabric = freshFabricId();
   RankSetup setup;
@@ -123,34 +155,13 @@ TEST(TcpTransport, HugeFrameLengthFailsConnection) {
   auto region = d0->registerMemory(target.data(), target.size());
   RawSocket raw(portOf(d0->address()));
 
-  // Hello as rank 1: magic, version, socket index, dialer, target, count, reserved, mac.
-  uint8_t hello[40] = {};
-  const uint32_t magic = 0x4c485347;
-  const uint16_t version = 1, index = 0, count = 1;
-  const int32_t dialer = 1, targetRank = 0;
-  std::memcpy(hello + 0, &magic, 4);
-  std::memcpy(hello + 4, &version, 2);
-  std::memcpy(hello + 6, &index, 2);
-  std::memcpy(hello + 8, &dialer, 4);
-  std::memcpy(hello + 12, &targetRank, 4);
-  std::memcpy(hello + 16, &count, 2);
-  AuthTag mac = authTag(testSecret(), "gs-tcp-hello", hello, 24);
-  std::memcpy(hello + 24, mac.data(), 16);
-  raw.sendAll(hello, sizeof(hello));
-
+  sendHelloAsRank1(raw);
   auto conn = d0->connect(1, d1->address(), Deadline::after(3s));
   uint8_t ack[32];
   ASSERT_EQ(raw.recvSome(ack, sizeof(ack), 1s), sizeof(ack));
 
-  // Frame header: type write, imm, region id, length (huge), offset.
-  uint8_t header[24] = {};
-  header[0] = 1;
-  uint32_t regionId;
-  std::memcpy(&regionId, region->remoteKey().bytes, 4);
-  const uint32_t length = 0xfffffff0u;
-  std::memcpy(header + 8, &regionId, 4);
-  std::memcpy(header + 12, &length, 4);
-  raw.sendAll(header, sizeof(header));
+  const std::vector<uint8_t> header = writeFrame(*region, 0xfffffff0u, 0, 0);
+  raw.sendAll(header.data(), header.size());
 
   Completion c[4];
   size_t got = 0;
@@ -167,6 +178,110 @@ TEST(TcpTransport, HugeFrameLengthFailsConnection) {
   EXPECT_EQ(target, std::vector<uint8_t>(4096, 0));
   char byte;
   EXPECT_EQ(raw.recvSome(&byte, 1, 500ms), 0u) << "the connection stayed open";
+}
+
+// The receiver reads ahead of the frame in hand (Connection::receive): frames of every size
+// must come out whole and in order however the stream is cut, headers and payloads split
+// across reads, small frames packed into one read, a payload larger than the read-ahead.
+TEST(TcpTransport, FramesCutAtAnyByteLandWhole) {
+  const uint64_t fabric = freshFabricId();
+  RankSetup setup;
+  setup.socketsPerPeer = 1;
+  auto d0 = createDevice("tcp", makeOptions(0, 2, fabric, setup));
+  auto d1 = createDevice("tcp", makeOptions(1, 2, fabric, setup));  // only for its blob
+  constexpr size_t kTarget = 64 << 10;
+  std::vector<uint8_t> target(kTarget, 0);
+  auto region = d0->registerMemory(target.data(), target.size());
+  RawSocket raw(portOf(d0->address()));
+  sendHelloAsRank1(raw);
+  auto conn = d0->connect(1, d1->address(), Deadline::after(3s));
+  uint8_t ack[32];
+  ASSERT_EQ(raw.recvSome(ack, sizeof(ack), 1s), sizeof(ack));
+
+  // Payload sizes around the header and the 8 KiB read-ahead; each frame writes its own range.
+  const std::vector<uint32_t> lengths = {0, 1, 23, 24, 25, 100, 8191, 8192, 8193, 20000, 0, 7};
+  std::vector<uint8_t> stream, expected(kTarget, 0);
+  uint64_t offset = 0;
+  for (uint32_t i = 0; i < lengths.size(); ++i) {
+    const std::vector<uint8_t> header = writeFrame(*region, lengths[i], offset, 1000 + i);
+    stream.insert(stream.end(), header.begin(), header.end());
+    for (uint32_t b = 0; b < lengths[i]; ++b) {
+      const auto byte = static_cast<uint8_t>(i * 37 + b * 11 + 1);
+      stream.push_back(byte);
+      expected[offset + b] = byte;
+    }
+    offset += lengths[i];
+  }
+  ASSERT_LE(offset, kTarget);
+
+  for (const size_t piece : {size_t{1}, size_t{7}, size_t{97}, size_t{5000}, stream.size()}) {
+    SCOPED_TRACE(piece);
+    std::fill(target.begin(), target.end(), 0);
+    std::vector<Completion> got;
+    Completion c[64];
+    for (size_t at = 0; at < stream.size(); at += piece) {
+      raw.sendAll(stream.data() + at, std::min(piece, stream.size() - at));
+      if (piece < 100 && at % (piece * 16) == 0) {  // let some pieces arrive alone
+        for (size_t i = 0, n = conn->poll(c); i < n; ++i)
+          got.push_back(c[i]);
+      }
+    }
+    const auto until = std::chrono::steady_clock::now() + 3s;
+    while (got.size() < lengths.size() && std::chrono::steady_clock::now() < until) {
+      d0->waitForActivity(std::chrono::microseconds(10'000));
+      for (size_t i = 0, n = conn->poll(c); i < n; ++i)
+        got.push_back(c[i]);
+    }
+    ASSERT_EQ(got.size(), lengths.size()) << conn->errorMessage();
+    for (uint32_t i = 0; i < lengths.size(); ++i) {
+      EXPECT_EQ(got[i].kind, CompletionKind::kRemoteWrite);
+      EXPECT_EQ(got[i].imm, 1000 + i);
+      EXPECT_EQ(got[i].length, lengths[i]);
+    }
+    EXPECT_EQ(target, expected);
+  }
+  EXPECT_EQ(conn->errorMessage(), "");
+}
+
+// A bad frame read ahead in the same read as good ones: the good ones before it land, the bad
+// one fails the connection and writes nothing.
+TEST(TcpTransport, ABadFrameBehindGoodOnesInOneReadFailsAfterThem) {
+  const uint64_t fabric = freshFabricId();
+  RankSetup setup;
+  setup.socketsPerPeer = 1;
+  auto d0 = createDevice("tcp", makeOptions(0, 2, fabric, setup));
+  auto d1 = createDevice("tcp", makeOptions(1, 2, fabric, setup));
+  std::vector<uint8_t> target(4096, 0);
+  auto region = d0->registerMemory(target.data(), target.size());
+  RawSocket raw(portOf(d0->address()));
+  sendHelloAsRank1(raw);
+  auto conn = d0->connect(1, d1->address(), Deadline::after(3s));
+  uint8_t ack[32];
+  ASSERT_EQ(raw.recvSome(ack, sizeof(ack), 1s), sizeof(ack));
+
+  std::vector<uint8_t> stream = writeFrame(*region, 4, 0, 7);
+  stream.insert(stream.end(), {1, 2, 3, 4});
+  const std::vector<uint8_t> bad = writeFrame(*region, 16, 4090, 8);  // past the region's end
+  stream.insert(stream.end(), bad.begin(), bad.end());
+  stream.insert(stream.end(), 16, 0xee);
+  raw.sendAll(stream.data(), stream.size());
+
+  std::vector<Completion> got;
+  Completion c[8];
+  const auto until = std::chrono::steady_clock::now() + 2s;
+  while (got.size() < 2 && std::chrono::steady_clock::now() < until) {
+    d0->waitForActivity(std::chrono::microseconds(10'000));
+    for (size_t i = 0, n = conn->poll(c); i < n; ++i)
+      got.push_back(c[i]);
+  }
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].kind, CompletionKind::kRemoteWrite);
+  EXPECT_EQ(got[0].imm, 7u);
+  EXPECT_EQ(got[1].kind, CompletionKind::kError);
+  EXPECT_NE(conn->errorMessage().find("outside region"), std::string::npos) << conn->errorMessage();
+  EXPECT_EQ(std::vector<uint8_t>(target.begin(), target.begin() + 4),
+            (std::vector<uint8_t>{1, 2, 3, 4}));
+  EXPECT_EQ(std::vector<uint8_t>(target.begin() + 4, target.end()), std::vector<uint8_t>(4092, 0));
 }
 
 TEST(TcpTransport, WorksOverIpv6) {
