@@ -32,9 +32,9 @@ void Request::complete(Errc code, std::string message) {
   std::vector<Callback> callbacks;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    done_ = true;
     status_ = code;
     message_ = std::move(message);
+    done_.store(true, std::memory_order_release);
     callbacks.swap(callbacks_);
   }
   cv_.notify_all();
@@ -65,21 +65,24 @@ void Request::onComplete(Callback fn) {
 }
 
 bool Request::done() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return done_;
+  return done_.load(std::memory_order_acquire);
 }
 
 bool Request::waitUntil(Deadline deadline) const {
   std::unique_lock<std::mutex> lock(mutex_);
-  return cv_.wait_until(lock, deadline.at(), [&] { return done_; });
+  return cv_.wait_until(lock, deadline.at(), [&] { return done_.load(std::memory_order_relaxed); });
 }
 
 Errc Request::status() const {
+  if (done())
+    return status_;  // final once done_ is set
   std::lock_guard<std::mutex> lock(mutex_);
   return status_;
 }
 
 std::string Request::message() const {
+  if (done())
+    return message_;
   std::lock_guard<std::mutex> lock(mutex_);
   return message_;
 }
@@ -178,9 +181,13 @@ void Communicator::setDeviceMemory(std::shared_ptr<codecs::DeviceMemory> memory)
   std::lock_guard<std::mutex> lock(deviceMemoryMutex_);
   deviceMemory_ = std::move(memory);
   deviceMemoryResolved_ = true;
+  deviceMemoryKnownPtr_ = deviceMemory_.get();
+  deviceMemoryKnown_.store(true, std::memory_order_release);
 }
 
 codecs::DeviceMemory* Communicator::deviceMemory() {
+  if (deviceMemoryKnown_.load(std::memory_order_acquire))
+    return deviceMemoryKnownPtr_;
   std::lock_guard<std::mutex> lock(deviceMemoryMutex_);
   if (!deviceMemoryResolved_) {
     deviceMemoryResolved_ = true;
@@ -190,7 +197,9 @@ codecs::DeviceMemory* Communicator::deviceMemory() {
       deviceMemoryUnavailable_ = e.what();
     }
   }
-  return deviceMemory_.get();
+  deviceMemoryKnownPtr_ = deviceMemory_.get();
+  deviceMemoryKnown_.store(true, std::memory_order_release);
+  return deviceMemoryKnownPtr_;
 }
 
 void Communicator::checkStreamUsable(const codecs::DeviceMemory* memory) const {
@@ -450,6 +459,7 @@ std::shared_ptr<Request> Communicator::submit(const stream::CollectiveArgs& args
     if (request->isMessage())
       lastMessage_ = request->created();
     queue_.push_back(request);
+    queueLength_.store(queue_.size(), std::memory_order_relaxed);
   }
   if (wake)
     queueCv_.notify_all();
@@ -480,6 +490,7 @@ bool Communicator::wait(const std::shared_ptr<Request>& request, Deadline deadli
 void Communicator::runFront(std::unique_lock<std::mutex>& lock, const Request* waiter) {
   auto request = queue_.front();
   queue_.pop_front();
+  queueLength_.store(queue_.size(), std::memory_order_relaxed);
   queueRunning_ = true;
   lock.unlock();
   runQueued(request, waiter);

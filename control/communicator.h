@@ -77,7 +77,9 @@ class Request {
   std::atomic<bool> hurried_{false};
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
-  bool done_ = false;
+  // Set under mutex_ (with the status and message before it), read without it: done() is
+  // asked several times per message by the waiting thread and the queue.
+  std::atomic<bool> done_{false};
   Errc status_ = Errc::kOk;
   std::string message_;
   std::vector<Callback> callbacks_;  // guarded by mutex_; run and cleared by complete()
@@ -305,11 +307,14 @@ class Communicator {
   std::atomic<bool> aborted_{false};
   std::mutex deviceMemoryMutex_;
   bool deviceMemoryResolved_ = false;
-  std::shared_ptr<codecs::DeviceMemory> deviceMemory_;  // null: no CUDA here
-  std::string deviceMemoryUnavailable_;                 // why, when null
-  std::unique_ptr<DeviceStaging> staging_;              // first device-buffer call
-  std::unique_ptr<MessageStaging> messageStaging_;      // first device-buffer message
-  bool stagingLogged_ = false;                          // the path's info line went out
+  // Once resolved, deviceMemory() answers from here without the lock (every call asks it).
+  std::atomic<bool> deviceMemoryKnown_{false};
+  codecs::DeviceMemory* deviceMemoryKnownPtr_ = nullptr;  // published by deviceMemoryKnown_
+  std::shared_ptr<codecs::DeviceMemory> deviceMemory_;    // null: no CUDA here
+  std::string deviceMemoryUnavailable_;                   // why, when null
+  std::unique_ptr<DeviceStaging> staging_;                // first device-buffer call
+  std::unique_ptr<MessageStaging> messageStaging_;        // first device-buffer message
+  bool stagingLogged_ = false;                            // the path's info line went out
   std::mutex execMutex_;  // one collective at a time; guards the links and engine
   mutable std::mutex stateMutex_;
   std::optional<Error> failure_;     // guarded by stateMutex_
@@ -319,6 +324,9 @@ class Communicator {
   std::mutex queueMutex_;
   std::condition_variable queueCv_;
   std::deque<std::shared_ptr<Request>> queue_;
+  // queue_.size(), written under queueMutex_: a message run's idle rounds look here before
+  // they take the lock to find nothing queued (runMessages' feed).
+  std::atomic<size_t> queueLength_{0};
   bool queueRunning_ = false;  // a request taken off the queue runs (progress thread or waiter)
   int idleWaiters_ = 0;        // blocking calls and the destructor waiting for the queue to be idle
   bool workerPolling_ = false;       // the progress thread looks at the queue within kPollPeriod

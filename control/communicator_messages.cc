@@ -89,6 +89,9 @@ void Communicator::runMessages(const std::shared_ptr<Request>& first, const Requ
     std::vector<stream::PointToPointOp> ops;
     if (waiter != nullptr && waiter->done() && swept)
       return ops;  // the waiting thread goes back to its caller; the progress thread goes on
+    // Nothing queued (a stale answer only defers a new message to the next idle round).
+    if (swept && queueLength_.load(std::memory_order_relaxed) == 0)
+      return ops;
     swept = true;
     std::vector<std::shared_ptr<Request>> taken;
     {
@@ -97,6 +100,7 @@ void Communicator::runMessages(const std::shared_ptr<Request>& first, const Requ
         taken.push_back(queue_.front());
         queue_.pop_front();
       }
+      queueLength_.store(queue_.size(), std::memory_order_relaxed);
     }
     // Staged outside the queue lock (a device send waits for its copy). Taken requests are
     // in the batch at once: a failure completes them too.
