@@ -231,6 +231,18 @@ class Communicator {
   void runMessage(const stream::CollectiveArgs& args, CUstream_st* cudaStream);
   /// The pinned staging of device-buffer messages (made on first use; holds execMutex_).
   MessageStaging& messageStaging();
+  /// Puts a request in the running message batch (runBatch_) and returns what the engine runs
+  /// for it: its host buffer, or for device memory a pinned one (holding a send's bytes once
+  /// this returns). Host buffers with a stream wait for the mark.
+  stream::PointToPointOp admitMessage(const std::shared_ptr<Request>& request);
+  /// runMessages' feed: appends the messages queued now (see PointToPointFeed::more).
+  void takeQueuedMessages(std::vector<stream::PointToPointOp>& out);
+  /// A failed message run: completes the batch's requests from `completed` on (the first
+  /// alone when none joined) with the error.
+  void completeRest(const std::shared_ptr<Request>& first,
+                    size_t completed,
+                    Errc code,
+                    const char* message);
 
   /// Holds execMutex_. record: count it as one collective in the metrics and stats (pieces of
   /// a staged call are counted once, by runStaged).
@@ -314,8 +326,16 @@ class Communicator {
   std::string deviceMemoryUnavailable_;                   // why, when null
   std::unique_ptr<DeviceStaging> staging_;                // first device-buffer call
   std::unique_ptr<MessageStaging> messageStaging_;        // first device-buffer message
-  bool stagingLogged_ = false;                            // the path's info line went out
-  std::mutex execMutex_;  // one collective at a time; guards the links and engine
+  // The message run in progress (runMessages): its requests in the order the engine got them,
+  // and by the same index the pinned buffer a device message travels through (null: none);
+  // scratch for what it takes off the queue. Members, so that a loop of small messages does
+  // not allocate them per run; only the thread running the queue (queueRunning_) uses them.
+  std::vector<std::shared_ptr<Request>> runBatch_;
+  std::vector<void*> runPinned_;
+  std::vector<std::shared_ptr<Request>> runTaken_;
+  std::vector<stream::PointToPointOp> runFirst_;
+  bool stagingLogged_ = false;  // the path's info line went out
+  std::mutex execMutex_;        // one collective at a time; guards the links and engine
   mutable std::mutex stateMutex_;
   std::optional<Error> failure_;     // guarded by stateMutex_
   std::atomic<bool> failed_{false};  // failure_ is set: checkUsable locks only then

@@ -47,110 +47,128 @@ MessageStaging& Communicator::messageStaging() {
   return *messageStaging_;
 }
 
-void Communicator::runMessages(const std::shared_ptr<Request>& first, const Request* waiter) {
-  std::vector<std::shared_ptr<Request>> batch;
-  // By batch index: the pinned buffer a device message travels through (null: none).
-  std::vector<void*> pinned;
-  size_t completed = 0;
-  uint64_t bytes = 0;
-  // What the engine runs for a request: its host buffer, or for device memory a pinned one
-  // (holding a send's bytes once this returns). Host buffers with a stream wait for the mark.
-  auto admit = [&](const std::shared_ptr<Request>& request) {
-    batch.push_back(request);
-    pinned.push_back(nullptr);
-    stream::PointToPointOp op = opOf(request->args());
-    const StreamMark* issued = request->issued();
-    if (issued == nullptr)
-      return op;
-    const size_t size = op.count * elementSize(op.dtype);
-    const std::string what =
-        formatString("the %s of %zu bytes %s rank %d (%s)", op.send ? "send" : "receive", size,
-                     op.send ? "to" : "from", op.peer, op.send ? "sendbuff" : "recvbuff");
-    MessageStaging& staging = messageStaging();
-    if (size == 0 || deviceMemory_->deviceOf(op.buffer) < 0) {
-      staging.waitFor(*issued, what.c_str());
-      return op;
-    }
-    void* host = staging.acquire(size);
-    pinned.back() = host;
-    if (op.send)
-      staging.copy(host, op.buffer, size, *issued, what.c_str());
-    op.buffer = host;
+stream::PointToPointOp Communicator::admitMessage(const std::shared_ptr<Request>& request) {
+  runBatch_.push_back(request);
+  runPinned_.push_back(nullptr);
+  stream::PointToPointOp op = opOf(request->args());
+  const StreamMark* issued = request->issued();
+  if (issued == nullptr)
     return op;
-  };
+  const size_t size = op.count * elementSize(op.dtype);
+  const std::string what =
+      formatString("the %s of %zu bytes %s rank %d (%s)", op.send ? "send" : "receive", size,
+                   op.send ? "to" : "from", op.peer, op.send ? "sendbuff" : "recvbuff");
+  MessageStaging& staging = messageStaging();
+  if (size == 0 || deviceMemory_->deviceOf(op.buffer) < 0) {
+    staging.waitFor(*issued, what.c_str());
+    return op;
+  }
+  void* host = staging.acquire(size);
+  runPinned_.back() = host;
+  if (op.send)
+    staging.copy(host, op.buffer, size, *issued, what.c_str());
+  op.buffer = host;
+  return op;
+}
+
+void Communicator::takeQueuedMessages(std::vector<stream::PointToPointOp>& out) {
+  runTaken_.clear();
+  {
+    std::lock_guard<std::mutex> lock(queueMutex_);
+    while (!queue_.empty() && queue_.front()->isMessage()) {
+      runTaken_.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+    queueLength_.store(queue_.size(), std::memory_order_relaxed);
+  }
+  // Staged outside the queue lock (a device send waits for its copy). Taken requests are in
+  // the batch at once: a failure completes them too.
+  for (size_t i = 0; i < runTaken_.size(); ++i) {
+    try {
+      out.push_back(admitMessage(runTaken_[i]));
+    } catch (...) {
+      for (size_t j = i + 1; j < runTaken_.size(); ++j) {
+        runBatch_.push_back(runTaken_[j]);
+        runPinned_.push_back(nullptr);
+      }
+      runTaken_.clear();
+      throw;
+    }
+  }
+  runTaken_.clear();
+}
+
+void Communicator::runMessages(const std::shared_ptr<Request>& first, const Request* waiter) {
+  // What the feed's functions need, behind one pointer: std::function keeps a capture of that
+  // size in place instead of allocating it per run.
+  struct State {
+    Communicator& self;
+    const Request* waiter;
+    // The messages queued behind the first when the run starts join it even if the waiter's
+    // own request is done by then: its caller almost always waits for them next (isend +
+    // irecv + wait + wait), and a small send may complete at once on its receiver's notice,
+    // before the receive posted after it was taken; left in the queue, the progress thread
+    // took that receive and every wait became a hand-off (4 ranks on 2 cores, 8 B sendrecv:
+    // 6 -> 23-34 us).
+    bool swept = false;
+    size_t completed = 0;
+    uint64_t bytes = 0;
+  } state{*this, waiter};
+  struct Reset {  // the batch's requests are released whatever happens
+    Communicator& self;
+    ~Reset() {
+      self.runBatch_.clear();
+      self.runPinned_.clear();
+      self.runFirst_.clear();
+    }
+  } reset{*this};
+  runBatch_.clear();
+  runPinned_.clear();
   stream::PointToPointFeed feed;
-  // The messages queued behind the first when the run starts join it even if the waiter's own
-  // request is done by then: its caller almost always waits for them next (isend + irecv +
-  // wait + wait), and a small send may complete at once on its receiver's notice, before the
-  // receive posted after it was taken; left in the queue, the progress thread took that receive
-  // and every wait became a hand-off (4 ranks on 2 cores, 8 B sendrecv: 6 -> 23-34 us).
-  bool swept = false;
-  feed.more = [&] {
-    std::vector<stream::PointToPointOp> ops;
-    if (waiter != nullptr && waiter->done() && swept)
-      return ops;  // the waiting thread goes back to its caller; the progress thread goes on
+  feed.more = [st = &state](std::vector<stream::PointToPointOp>& out) {
+    if (st->waiter != nullptr && st->waiter->done() && st->swept)
+      return;  // the waiting thread goes back to its caller; the progress thread goes on
     // Nothing queued (a stale answer only defers a new message to the next idle round).
-    if (swept && queueLength_.load(std::memory_order_relaxed) == 0)
-      return ops;
-    swept = true;
-    std::vector<std::shared_ptr<Request>> taken;
-    {
-      std::lock_guard<std::mutex> lock(queueMutex_);
-      while (!queue_.empty() && queue_.front()->isMessage()) {
-        taken.push_back(queue_.front());
-        queue_.pop_front();
-      }
-      queueLength_.store(queue_.size(), std::memory_order_relaxed);
-    }
-    // Staged outside the queue lock (a device send waits for its copy). Taken requests are
-    // in the batch at once: a failure completes them too.
-    for (size_t i = 0; i < taken.size(); ++i) {
-      try {
-        ops.push_back(admit(taken[i]));
-      } catch (...) {
-        for (size_t j = i + 1; j < taken.size(); ++j) {
-          batch.push_back(taken[j]);
-          pinned.push_back(nullptr);
-        }
-        throw;
-      }
-    }
-    return ops;
+    if (st->swept && st->self.queueLength_.load(std::memory_order_relaxed) == 0)
+      return;
+    st->swept = true;
+    st->self.takeQueuedMessages(out);
   };
-  feed.completed = [&](size_t index) {
-    const auto& a = batch[index]->args();
+  feed.completed = [st = &state](size_t index) {
+    Communicator& self = st->self;
+    const auto& a = self.runBatch_[index]->args();
     const size_t size = a.count * elementSize(a.dtype);
-    if (pinned[index] != nullptr) {
-      MessageStaging& staging = messageStaging();
+    if (self.runPinned_[index] != nullptr) {
+      MessageStaging& staging = self.messageStaging();
       if (!a.sending) {
         const std::string what =
             formatString("the receive of %zu bytes from rank %d (recvbuff)", size, a.peer);
-        staging.copy(a.recv, pinned[index], size, *batch[index]->issued(), what.c_str());
+        staging.copy(a.recv, self.runPinned_[index], size, *self.runBatch_[index]->issued(),
+                     what.c_str());
       }
-      staging.release(pinned[index]);
-      pinned[index] = nullptr;
+      staging.release(self.runPinned_[index]);
+      self.runPinned_[index] = nullptr;
       // Counted before the request completes: its caller may read gs_comm_stats at once.
-      metrics_->recordStaged(a.sending ? size : 0, a.sending ? 0 : size);
+      self.metrics_->recordStaged(a.sending ? size : 0, a.sending ? 0 : size);
     }
-    bytes += size;
-    completed = index + 1;
-    batch[index]->complete(Errc::kOk, "");
+    st->bytes += size;
+    st->completed = index + 1;
+    self.runBatch_[index]->complete(Errc::kOk, "");
   };
   try {
     std::lock_guard<std::mutex> lock(execMutex_);
     struct Trim {  // the engine's run (and its registrations) is over by then
       Communicator* self;
-      std::vector<void*>& pinned;
       ~Trim() {
         if (!self->messageStaging_)
           return;
-        for (void* p : pinned) {
+        for (void* p : self->runPinned_) {
           if (p != nullptr)
             self->messageStaging_->release(p);
         }
         self->messageStaging_->trim();
       }
-    } trim{this, pinned};
+    } trim{this};
     checkUsable();
     try {
       stream::CollectiveArgs base;
@@ -162,15 +180,15 @@ void Communicator::runMessages(const std::shared_ptr<Request>& first, const Requ
       // What is queued behind the first joins from the start: its posts then leave in the
       // run's first round with the first's (over tcp: a sendrecv's data and receive notice in
       // one write), not a round later.
-      std::vector<stream::PointToPointOp> firstOps{admit(first)};
-      for (stream::PointToPointOp& op : feed.more())
-        firstOps.push_back(op);
+      runFirst_.clear();
+      runFirst_.push_back(admitMessage(first));
+      feed.more(runFirst_);
       metrics_->beginCollective();
-      engine_->runPointToPoint(base, std::move(firstOps), feed);
+      engine_->runPointToPoint(base, runFirst_, feed);
       stream::CollectiveArgs summary;
       summary.kind = stream::CollectiveKind::kPointToPoint;
       summary.dtype = DataType::kUInt8;
-      summary.count = bytes;
+      summary.count = state.bytes;
       recordCollective(summary, static_cast<double>(engine_->lastStats().elapsedNs) * 1e-9);
     } catch (const Error& e) {
       fail(e);
@@ -179,16 +197,20 @@ void Communicator::runMessages(const std::shared_ptr<Request>& first, const Requ
       throw;
     }
   } catch (const Error& e) {
-    if (batch.empty())
-      batch.push_back(first);
-    for (size_t i = completed; i < batch.size(); ++i)
-      batch[i]->complete(e.code(), e.what());
+    completeRest(first, state.completed, e.code(), e.what());
   } catch (const std::exception& e) {
-    if (batch.empty())
-      batch.push_back(first);
-    for (size_t i = completed; i < batch.size(); ++i)
-      batch[i]->complete(Errc::kInternal, e.what());
+    completeRest(first, state.completed, Errc::kInternal, e.what());
   }
+}
+
+void Communicator::completeRest(const std::shared_ptr<Request>& first,
+                                size_t completed,
+                                Errc code,
+                                const char* message) {
+  if (runBatch_.empty())
+    runBatch_.push_back(first);
+  for (size_t i = completed; i < runBatch_.size(); ++i)
+    runBatch_[i]->complete(code, message);
 }
 
 }  // namespace gs::control

@@ -68,10 +68,11 @@ struct PointToPointOp {
 /// Where a point-to-point run gets its messages and reports them done (the communicator's
 /// request queue). Both are called on the thread running Engine::runPointToPoint.
 struct PointToPointFeed {
-  /// Messages posted since the last call, in issue order; empty: none now. Asked whenever
-  /// the run is idle or every message so far is done: messages posted while others are in
-  /// flight join them (both ranks may post their sends first: neither waits for the other).
-  std::function<std::vector<PointToPointOp>()> more;
+  /// Appends to `out` the messages posted since the last call, in issue order; none: none
+  /// now. Asked whenever the run is idle or every message so far is done: messages posted
+  /// while others are in flight join them (both ranks may post their sends first: neither
+  /// waits for the other).
+  std::function<void(std::vector<PointToPointOp>& out)> more;
   /// Message `index` (numbered in the order the run got them) is complete: a send once the
   /// receiver holds all of it, a receive once it is in the buffer. Called in that order.
   std::function<void(size_t index)> completed;
@@ -119,7 +120,7 @@ class Engine {
   /// in every chunk and checked); each is checked against its send (count, dtype) before any
   /// of it is written. Throws gs::Error like run(): every message of the run fails with it.
   void runPointToPoint(const CollectiveArgs& base,
-                       std::vector<PointToPointOp> first,
+                       const std::vector<PointToPointOp>& first,
                        const PointToPointFeed& feed);
 
   /// gs_comm_register: the caller keeps [data, data + bytes) allocated until

@@ -22,6 +22,7 @@ Engine::MessageRun::MessageRun(Engine& e, const CollectiveArgs& b, const PointTo
     sendsOf = std::move(spare.sendsOf);
     sendsDone = std::move(spare.sendsDone);
     spareSendDone = std::move(spare.sendDone);
+    incoming = std::move(spare.incoming);
   }
   const auto nranks = static_cast<size_t>(e.nranks_);
   linkOf.assign(nranks, -1);
@@ -62,6 +63,8 @@ Engine::MessageRun::~MessageRun() {
   spare.sendsOf = std::move(sendsOf);
   spare.sendsDone = std::move(sendsDone);
   spare.sendDone = std::move(spareSendDone);
+  incoming.clear();
+  spare.incoming = std::move(incoming);
 }
 
 // Integers, and floats the codec cannot encode, travel in their dtype (as for collectives).
@@ -246,9 +249,10 @@ bool Engine::MessageRun::advance(Run& run, bool idle) {
     progress = true;
   }
   if (idle || reported == list.size()) {
-    std::vector<PointToPointOp> more = feed.more();
-    if (!more.empty()) {
-      admit(more);
+    incoming.clear();
+    feed.more(incoming);
+    if (!incoming.empty()) {
+      admit(incoming);
       announceReceives();
       progress = true;
     }
@@ -268,7 +272,7 @@ bool Engine::MessageRun::finished() const {
 }
 
 void Engine::runPointToPoint(const CollectiveArgs& base,
-                             std::vector<PointToPointOp> first,
+                             const std::vector<PointToPointOp>& first,
                              const PointToPointFeed& feed) {
   GS_CHECK(base.kind == CollectiveKind::kPointToPoint, Errc::kInternal,
            "runPointToPoint needs a point-to-point call, not %s", collectiveName(base.kind));

@@ -295,6 +295,7 @@ struct Engine::MessageRun {
   std::vector<std::vector<size_t>> sendsOf;
   std::vector<size_t> sendsDone;
   std::vector<std::vector<uint8_t>> spareSendDone;  // LinkRun::sendDone vectors to reuse
+  std::vector<PointToPointOp> incoming;             // what feed.more() added last
   // The run holds a receive whose sender waits for its credits (it was not announced): credits
   // go back at every idle moment and before the run ends. With announced receives only, they
   // go back a batch at a time or after kAnnouncedCreditHold of idling.
@@ -334,6 +335,7 @@ struct Engine::MessageRunSpare {
   std::vector<std::vector<size_t>> sendsOf;
   std::vector<size_t> sendsDone;
   std::vector<std::vector<uint8_t>> sendDone;
+  std::vector<PointToPointOp> incoming;
 };
 
 struct Engine::Prepared {
