@@ -122,6 +122,45 @@ std::vector<uint8_t> writeFrame(const MemoryRegion& region,
   return header;
 }
 
+// Rank 0's tcp device with a registered target of `targetBytes`, and rank 1 played by a raw
+// socket that said its hello: what the socket sends reaches `conn` as rank 1's frames.
+struct RawRank1 {
+  explicit RawRank1(size_t targetBytes)
+      : fabric(freshFabricId()),
+        d0(createDevice("tcp", makeOptions(0, 2, fabric, oneSocket()))),
+        d1(createDevice("tcp", makeOptions(1, 2, fabric, oneSocket()))),  // only for its blob
+        target(targetBytes, 0),
+        region(d0->registerMemory(target.data(), target.size())),
+        raw(portOf(d0->address())) {
+    sendHelloAsRank1(raw);
+    conn = d0->connect(1, d1->address(), Deadline::after(3s));
+    uint8_t ack[32];
+    EXPECT_EQ(raw.recvSome(ack, sizeof(ack), 1s), sizeof(ack));
+  }
+  static RankSetup oneSocket() {
+    RankSetup setup;
+    setup.socketsPerPeer = 1;
+    return setup;
+  }
+  // Polls conn, appending to *got, until it holds `count` completions or `limit` passed.
+  void pollUntil(std::vector<Completion>* got, size_t count, std::chrono::milliseconds limit) {
+    Completion c[64];
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (got->size() < count && std::chrono::steady_clock::now() < until) {
+      d0->waitForActivity(std::chrono::microseconds(10'000));
+      for (size_t i = 0, n = conn->poll(c); i < n; ++i)
+        got->push_back(c[i]);
+    }
+  }
+
+  const uint64_t fabric;
+  std::unique_ptr<Device> d0, d1;
+  std::vector<uint8_t> target;
+  std::unique_ptr<MemoryRegion> region;
+  RawSocket raw;
+  std::unique_ptr<Connection> conn;
+};
+
 TEST(TcpTransport, GarbageOnListenerIsRejectedAndPeersStillConnect) {
   const uint64_t fabric = freshFabricId();
   RankSetup setup;
@@ -146,64 +185,34 @@ TEST(TcpTransport, GarbageOnListenerIsRejectedAndPeersStillConnect) {
 }
 
 TEST(TcpTransport, HugeFrameLengthFailsConnection) {
-  const uint64_t fabric = freshFabricId();
-  RankSetup setup;
-  setup.socketsPerPeer = 1;
-  auto d0 = createDevice("tcp", makeOptions(0, 2, fabric, setup));
-  auto d1 = createDevice("tcp", makeOptions(1, 2, fabric, setup));  // only for its blob
-  std::vector<uint8_t> target(4096, 0);
-  auto region = d0->registerMemory(target.data(), target.size());
-  RawSocket raw(portOf(d0->address()));
+  RawRank1 peer(4096);
+  const std::vector<uint8_t> header = writeFrame(*peer.region, 0xfffffff0u, 0, 0);
+  peer.raw.sendAll(header.data(), header.size());
 
-  sendHelloAsRank1(raw);
-  auto conn = d0->connect(1, d1->address(), Deadline::after(3s));
-  uint8_t ack[32];
-  ASSERT_EQ(raw.recvSome(ack, sizeof(ack), 1s), sizeof(ack));
-
-  const std::vector<uint8_t> header = writeFrame(*region, 0xfffffff0u, 0, 0);
-  raw.sendAll(header.data(), header.size());
-
-  Completion c[4];
-  size_t got = 0;
-  const auto until = std::chrono::steady_clock::now() + 2s;
-  while (got == 0 && std::chrono::steady_clock::now() < until) {
-    d0->waitForActivity(std::chrono::microseconds(10'000));
-    got = conn->poll(c);
-  }
-  ASSERT_EQ(got, 1u);
-  EXPECT_EQ(c[0].kind, CompletionKind::kError);
-  EXPECT_EQ(c[0].status, Errc::kRemote);
-  EXPECT_NE(conn->errorMessage().find("peer rank 1 sent an invalid frame"), std::string::npos)
-      << conn->errorMessage();
-  EXPECT_EQ(target, std::vector<uint8_t>(4096, 0));
+  std::vector<Completion> got;
+  peer.pollUntil(&got, 1, 2000ms);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].kind, CompletionKind::kError);
+  EXPECT_EQ(got[0].status, Errc::kRemote);
+  EXPECT_NE(peer.conn->errorMessage().find("peer rank 1 sent an invalid frame"), std::string::npos)
+      << peer.conn->errorMessage();
+  EXPECT_EQ(peer.target, std::vector<uint8_t>(4096, 0));
   char byte;
-  EXPECT_EQ(raw.recvSome(&byte, 1, 500ms), 0u) << "the connection stayed open";
+  EXPECT_EQ(peer.raw.recvSome(&byte, 1, 500ms), 0u) << "the connection stayed open";
 }
 
 // The receiver reads ahead of the frame in hand (Connection::receive): frames of every size
 // must come out whole and in order however the stream is cut, headers and payloads split
 // across reads, small frames packed into one read, a payload larger than the read-ahead.
 TEST(TcpTransport, FramesCutAtAnyByteLandWhole) {
-  const uint64_t fabric = freshFabricId();
-  RankSetup setup;
-  setup.socketsPerPeer = 1;
-  auto d0 = createDevice("tcp", makeOptions(0, 2, fabric, setup));
-  auto d1 = createDevice("tcp", makeOptions(1, 2, fabric, setup));  // only for its blob
   constexpr size_t kTarget = 64 << 10;
-  std::vector<uint8_t> target(kTarget, 0);
-  auto region = d0->registerMemory(target.data(), target.size());
-  RawSocket raw(portOf(d0->address()));
-  sendHelloAsRank1(raw);
-  auto conn = d0->connect(1, d1->address(), Deadline::after(3s));
-  uint8_t ack[32];
-  ASSERT_EQ(raw.recvSome(ack, sizeof(ack), 1s), sizeof(ack));
-
+  RawRank1 peer(kTarget);
   // Payload sizes around the header and the 8 KiB read-ahead; each frame writes its own range.
   const std::vector<uint32_t> lengths = {0, 1, 23, 24, 25, 100, 8191, 8192, 8193, 20000, 0, 7};
   std::vector<uint8_t> stream, expected(kTarget, 0);
   uint64_t offset = 0;
   for (uint32_t i = 0; i < lengths.size(); ++i) {
-    const std::vector<uint8_t> header = writeFrame(*region, lengths[i], offset, 1000 + i);
+    const std::vector<uint8_t> header = writeFrame(*peer.region, lengths[i], offset, 1000 + i);
     stream.insert(stream.end(), header.begin(), header.end());
     for (uint32_t b = 0; b < lengths[i]; ++b) {
       const auto byte = static_cast<uint8_t>(i * 37 + b * 11 + 1);
@@ -216,72 +225,51 @@ TEST(TcpTransport, FramesCutAtAnyByteLandWhole) {
 
   for (const size_t piece : {size_t{1}, size_t{7}, size_t{97}, size_t{5000}, stream.size()}) {
     SCOPED_TRACE(piece);
-    std::fill(target.begin(), target.end(), 0);
+    std::fill(peer.target.begin(), peer.target.end(), 0);
     std::vector<Completion> got;
     Completion c[64];
     for (size_t at = 0; at < stream.size(); at += piece) {
-      raw.sendAll(stream.data() + at, std::min(piece, stream.size() - at));
+      peer.raw.sendAll(stream.data() + at, std::min(piece, stream.size() - at));
       if (piece < 100 && at % (piece * 16) == 0) {  // let some pieces arrive alone
-        for (size_t i = 0, n = conn->poll(c); i < n; ++i)
+        for (size_t i = 0, n = peer.conn->poll(c); i < n; ++i)
           got.push_back(c[i]);
       }
     }
-    const auto until = std::chrono::steady_clock::now() + 3s;
-    while (got.size() < lengths.size() && std::chrono::steady_clock::now() < until) {
-      d0->waitForActivity(std::chrono::microseconds(10'000));
-      for (size_t i = 0, n = conn->poll(c); i < n; ++i)
-        got.push_back(c[i]);
-    }
-    ASSERT_EQ(got.size(), lengths.size()) << conn->errorMessage();
+    peer.pollUntil(&got, lengths.size(), 3000ms);
+    ASSERT_EQ(got.size(), lengths.size()) << peer.conn->errorMessage();
     for (uint32_t i = 0; i < lengths.size(); ++i) {
       EXPECT_EQ(got[i].kind, CompletionKind::kRemoteWrite);
       EXPECT_EQ(got[i].imm, 1000 + i);
       EXPECT_EQ(got[i].length, lengths[i]);
     }
-    EXPECT_EQ(target, expected);
+    EXPECT_EQ(peer.target, expected);
   }
-  EXPECT_EQ(conn->errorMessage(), "");
+  EXPECT_EQ(peer.conn->errorMessage(), "");
 }
 
 // A bad frame read ahead in the same read as good ones: the good ones before it land, the bad
 // one fails the connection and writes nothing.
 TEST(TcpTransport, ABadFrameBehindGoodOnesInOneReadFailsAfterThem) {
-  const uint64_t fabric = freshFabricId();
-  RankSetup setup;
-  setup.socketsPerPeer = 1;
-  auto d0 = createDevice("tcp", makeOptions(0, 2, fabric, setup));
-  auto d1 = createDevice("tcp", makeOptions(1, 2, fabric, setup));
-  std::vector<uint8_t> target(4096, 0);
-  auto region = d0->registerMemory(target.data(), target.size());
-  RawSocket raw(portOf(d0->address()));
-  sendHelloAsRank1(raw);
-  auto conn = d0->connect(1, d1->address(), Deadline::after(3s));
-  uint8_t ack[32];
-  ASSERT_EQ(raw.recvSome(ack, sizeof(ack), 1s), sizeof(ack));
-
-  std::vector<uint8_t> stream = writeFrame(*region, 4, 0, 7);
+  RawRank1 peer(4096);
+  std::vector<uint8_t> stream = writeFrame(*peer.region, 4, 0, 7);
   stream.insert(stream.end(), {1, 2, 3, 4});
-  const std::vector<uint8_t> bad = writeFrame(*region, 16, 4090, 8);  // past the region's end
+  const std::vector<uint8_t> bad = writeFrame(*peer.region, 16, 4090, 8);  // past the end
   stream.insert(stream.end(), bad.begin(), bad.end());
   stream.insert(stream.end(), 16, 0xee);
-  raw.sendAll(stream.data(), stream.size());
+  peer.raw.sendAll(stream.data(), stream.size());
 
   std::vector<Completion> got;
-  Completion c[8];
-  const auto until = std::chrono::steady_clock::now() + 2s;
-  while (got.size() < 2 && std::chrono::steady_clock::now() < until) {
-    d0->waitForActivity(std::chrono::microseconds(10'000));
-    for (size_t i = 0, n = conn->poll(c); i < n; ++i)
-      got.push_back(c[i]);
-  }
+  peer.pollUntil(&got, 2, 2000ms);
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].kind, CompletionKind::kRemoteWrite);
   EXPECT_EQ(got[0].imm, 7u);
   EXPECT_EQ(got[1].kind, CompletionKind::kError);
-  EXPECT_NE(conn->errorMessage().find("outside region"), std::string::npos) << conn->errorMessage();
-  EXPECT_EQ(std::vector<uint8_t>(target.begin(), target.begin() + 4),
-            (std::vector<uint8_t>{1, 2, 3, 4}));
-  EXPECT_EQ(std::vector<uint8_t>(target.begin() + 4, target.end()), std::vector<uint8_t>(4092, 0));
+  EXPECT_NE(peer.conn->errorMessage().find("outside region"), std::string::npos)
+      << peer.conn->errorMessage();
+  const std::vector<uint8_t> landed(peer.target.begin(), peer.target.begin() + 4);
+  EXPECT_EQ(landed, (std::vector<uint8_t>{1, 2, 3, 4}));
+  EXPECT_EQ(std::vector<uint8_t>(peer.target.begin() + 4, peer.target.end()),
+            std::vector<uint8_t>(4092, 0));
 }
 
 TEST(TcpTransport, WorksOverIpv6) {
