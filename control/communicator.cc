@@ -94,6 +94,7 @@ Communicator::~Communicator() {
   {
     std::lock_guard<std::mutex> lock(queueMutex_);
     stopping_ = true;
+    updateGate();
   }
   queueCv_.notify_all();
   if (worker_.joinable())
@@ -102,8 +103,10 @@ Communicator::~Communicator() {
     // A thread waiting in wait() may still be running the last request it took.
     std::unique_lock<std::mutex> lock(queueMutex_);
     ++idleWaiters_;
+    updateGate();
     queueCv_.wait(lock, [&] { return !queueRunning_; });
     --idleWaiters_;
+    updateGate();
   }
   std::lock_guard<std::mutex> lock(execMutex_);
   bool healthy = !aborted_.load();
@@ -409,13 +412,25 @@ void Communicator::run(const stream::CollectiveArgs& args, CUstream_st* cudaStre
     runMessage(args, cudaStream);
     return;
   }
+  // Nothing queued, running or waiting: the gate in one compare-and-swap.
+  uint32_t idle = 0;
+  if (gate_.compare_exchange_strong(idle, kGateFast, std::memory_order_acquire)) {
+    struct FastRelease {
+      Communicator* self;
+      ~FastRelease() { self->leaveFastGate(); }
+    } release{this};
+    runStaged(args, cudaStream);
+    return;
+  }
   std::unique_lock<std::mutex> lock(queueMutex_);
   // Earlier non-blocking requests go first (issue order). Each is bounded by the timeout.
   ++idleWaiters_;
+  updateGate();  // before looking at kGateFast: a fast call leaving now then wakes this one
   queueCv_.wait(lock,
-                [&] { return (queue_.empty() && !queueRunning_ && !inlineBusy_) || stopping_; });
+                [&] { return (queue_.empty() && !queueRunning_ && !inlineBusy()) || stopping_; });
   --idleWaiters_;
   inlineBusy_ = true;
+  updateGate();
   lock.unlock();
   struct Release {
     Communicator* self;
@@ -424,6 +439,7 @@ void Communicator::run(const stream::CollectiveArgs& args, CUstream_st* cudaStre
       {
         std::lock_guard<std::mutex> l(self->queueMutex_);
         self->inlineBusy_ = false;
+        self->updateGate();
         // Only those waiting for this call to end need it: queued work (the progress thread
         // runs it now) and other blocking calls. A progress thread with nothing queued sleeps
         // on: woken after every blocking call, it took the core from a peer rank once per call
@@ -435,6 +451,33 @@ void Communicator::run(const stream::CollectiveArgs& args, CUstream_st* cudaStre
     }
   } release{this};
   runStaged(args, cudaStream);
+}
+
+void Communicator::updateGate() {
+  const bool active =
+      !queue_.empty() || queueRunning_ || inlineBusy_ || idleWaiters_ > 0 || stopping_;
+  // Only this function, under queueMutex_, writes kGateSlow: the bit read is the last written.
+  const bool marked = (gate_.load(std::memory_order_relaxed) & kGateSlow) != 0;
+  if (active && !marked)
+    gate_.fetch_or(kGateSlow);
+  else if (!active && marked)
+    gate_.fetch_and(~kGateSlow);
+}
+
+bool Communicator::inlineBusy() const {
+  return inlineBusy_ || (gate_.load() & kGateFast) != 0;
+}
+
+void Communicator::leaveFastGate() {
+  uint32_t held = kGateFast;
+  if (gate_.compare_exchange_strong(held, 0, std::memory_order_release))
+    return;
+  // Something was queued or began to wait meanwhile (kGateSlow): it waits for this call.
+  {
+    std::lock_guard<std::mutex> lock(queueMutex_);
+    gate_.fetch_and(~kGateFast);
+  }
+  queueCv_.notify_all();
 }
 
 std::shared_ptr<Request> Communicator::submit(const stream::CollectiveArgs& args,
@@ -460,6 +503,7 @@ std::shared_ptr<Request> Communicator::submit(const stream::CollectiveArgs& args
       lastMessage_ = request->created();
     queue_.push_back(request);
     queueLength_.store(queue_.size(), std::memory_order_relaxed);
+    updateGate();
   }
   if (wake)
     queueCv_.notify_all();
@@ -479,7 +523,7 @@ bool Communicator::wait(const std::shared_ptr<Request>& request, Deadline deadli
   if (request->done())
     return true;
   std::unique_lock<std::mutex> lock(queueMutex_);
-  while (mayRun && !queueRunning_ && !inlineBusy_ && !request->done() &&
+  while (mayRun && !queueRunning_ && !inlineBusy() && !request->done() &&
          std::find(queue_.begin(), queue_.end(), request) != queue_.end()) {
     runFront(lock, request.get());
   }
@@ -492,10 +536,12 @@ void Communicator::runFront(std::unique_lock<std::mutex>& lock, const Request* w
   queue_.pop_front();
   queueLength_.store(queue_.size(), std::memory_order_relaxed);
   queueRunning_ = true;
+  updateGate();
   lock.unlock();
   runQueued(request, waiter);
   lock.lock();
   queueRunning_ = false;
+  updateGate();
   // Only those waiting for the queue need this: the progress thread when work is left for it,
   // blocking calls and the destructor. A progress thread in its grace wait wakes by itself (not
   // woken here, it does not steal the core a waiter's peer may need).
@@ -523,7 +569,7 @@ void Communicator::progressLoop() {
   std::unique_lock<std::mutex> lock(queueMutex_);
   for (;;) {
     const auto now = Clock::now();
-    if (queue_.empty() || inlineBusy_ || queueRunning_) {
+    if (queue_.empty() || inlineBusy() || queueRunning_) {
       if (stopping_ && queue_.empty() && !queueRunning_)
         return;
       if (queue_.empty() && now < lastMessage_ + kPollAfterMessage) {

@@ -353,6 +353,17 @@ class Communicator {
   Clock::time_point lastMessage_{};  // the last message queued (the progress thread polls)
   bool inlineBusy_ = false;
   bool stopping_ = false;
+  // The issue-order gate's fast path (run()): a blocking call while nothing is queued, running
+  // or waiting takes the gate with one compare-and-swap instead of two sections under
+  // queueMutex_. kGateSlow says, kept under queueMutex_ by updateGate(), that any of that is
+  // active; kGateFast is a blocking call on the fast path, which whatever waits for inlineBusy_
+  // waits for as well (inlineBusy()). A fast call that finds kGateSlow set as it leaves clears
+  // kGateFast under the lock and wakes the waiters.
+  static constexpr uint32_t kGateFast = 1, kGateSlow = 2;
+  std::atomic<uint32_t> gate_{0};
+  void updateGate();        // queueMutex_ held, after any change to what kGateSlow sums up
+  bool inlineBusy() const;  // queueMutex_ held: a blocking call runs (either path)
+  void leaveFastGate();
   std::thread worker_;
 };
 

@@ -80,6 +80,7 @@ void Communicator::takeQueuedMessages(std::vector<stream::PointToPointOp>& out) 
       queue_.pop_front();
     }
     queueLength_.store(queue_.size(), std::memory_order_relaxed);
+    updateGate();
   }
   // Staged outside the queue lock (a device send waits for its copy). Taken requests are in
   // the batch at once: a failure completes them too.

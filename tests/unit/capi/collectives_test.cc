@@ -193,6 +193,56 @@ TEST(AutoAlgorithm, EachSizeKeepsItsOwnChoiceWhenSizesAlternate) {
   }
 }
 
+// The issue-order gate (Communicator::run): a blocking call takes it with one compare-and-swap
+// when nothing is queued, running or waiting, and through the queue's lock otherwise. One rank,
+// three threads racing on one communicator: two loop over blocking allreduces, one issues
+// non-blocking ones two at a time and waits for the second. Every result is exact, the first of
+// each pair is done when the second is (issue order), and no request outlives its wait's
+// deadline: a blocking call leaving the fast path while a request was queued behind it must
+// wake the progress thread, or that request stays queued.
+TEST(IssueOrderGate, BlockingAndNonBlockingCallsRaceOnOneRank) {
+  Failures f;
+  runRanks(1, RankOptions{}, [&](int, gs_comm_t comm) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    auto blocking = [&](float seed) {
+      for (int i = 0; i < 3000 && std::chrono::steady_clock::now() < until; ++i) {
+        const float in[3] = {seed, seed + i, seed - i};
+        float out[3] = {};
+        if (gs_allreduce(in, out, 3, GS_FLOAT32, GS_SUM, comm, nullptr) != GS_OK)
+          return f.add(std::string("blocking allreduce: ") + gs_last_error());
+        if (std::memcmp(in, out, sizeof(in)) != 0)
+          return f.add("blocking allreduce result wrong");
+      }
+    };
+    std::thread a(blocking, 1.0f), b(blocking, 1000.0f);
+    for (int i = 0; i < 1500 && std::chrono::steady_clock::now() < until; ++i) {
+      float first[2] = {static_cast<float>(i), 1}, second[2] = {static_cast<float>(-i), 2};
+      gs_request_t r1 = nullptr, r2 = nullptr;
+      if (gs_iallreduce(first, first, 2, GS_FLOAT32, GS_SUM, comm, nullptr, &r1) != GS_OK ||
+          gs_iallreduce(second, second, 2, GS_FLOAT32, GS_SUM, comm, nullptr, &r2) != GS_OK) {
+        f.add(std::string("iallreduce: ") + gs_last_error());
+        break;
+      }
+      int done = 0;
+      if (gs_wait(r2, 5000) != GS_OK)
+        f.add(std::string("second request: ") + gs_last_error());
+      else if (gs_test(r1, &done) != GS_OK || done != 1)
+        f.add("the second request completed before the first");
+      if (gs_wait(r1, 5000) != GS_OK)
+        f.add(std::string("first request: ") + gs_last_error());
+      if (first[0] != static_cast<float>(i) || second[0] != static_cast<float>(-i))
+        f.add("iallreduce result wrong");
+      gs_request_free(r1);
+      gs_request_free(r2);
+      if (!f.list.empty())
+        break;
+    }
+    a.join();
+    b.join();
+  });
+  EXPECT_TRUE(f.list.empty()) << f.list.front();
+}
+
 // Hierarchical with 2 ranks per "host" (host names from RankOptions::perHost): ring links inside
 // a host, halving-doubling links across hosts, in one plan.
 TEST_P(CollectivesTest, HierarchicalAllReduceEveryDtypeAndOp) {
