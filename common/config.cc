@@ -128,6 +128,13 @@ const std::vector<Entry>& table() {
       {{"GS_ALGO", "auto",
         "auto | ring | tree | halving_doubling | hierarchical | recursive_doubling"},
        [](Config& c, const std::string& v) { c.algo = v; }},
+      {{"GS_REDUCE_ALGO", "auto", "reduce schedule: auto | chain | tree | linear"},
+       [](Config& c, const std::string& v) {
+         GS_CHECK(v == "auto" || v == "chain" || v == "tree" || v == "linear",
+                  Errc::kInvalidArgument,
+                  "GS_REDUCE_ALGO='%s' is unknown (auto, chain, tree, linear)", v.c_str());
+         c.reduceAlgo = v;
+       }},
       {{"GS_HOSTNAME", "", "host name used to group ranks into hosts; unset: gethostname()"},
        [](Config& c, const std::string& v) { c.hostname = v; }},
       {{"GS_SHM", "1", "1: shared-memory transport between ranks of one host; 0: off"},

@@ -43,6 +43,8 @@ struct Config {
   // topology and algorithm choice
   // auto | ring | tree | halving_doubling | hierarchical | recursive_doubling
   std::string algo = "auto";
+  // reduce: auto (cost model) | chain | tree | linear (GS_REDUCE_ALGO; environment only)
+  std::string reduceAlgo = "auto";
   std::string hostname;  // overrides the host name used to group ranks (tests)
   bool shm = true;       // shared-memory transport between ranks of one host
   // shm: large raw chunks are read straight out of the sender's memory (process_vm_readv) where

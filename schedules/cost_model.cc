@@ -153,16 +153,31 @@ double predictReduceSeconds(ReduceAlgorithm algo,
     return (n - 1) * link.alphaSeconds + (n - 2) * chunk * link.betaSecondsPerByte + wire +
            bytes * m.gammaSecondsPerByte;
   }
+  if (algo == ReduceAlgorithm::kLinear) {
+    // One round: every other rank's buffer crosses into the root at once (its inbound link
+    // carries them one after the other) and the root reduces them all. The latency of one
+    // message, plus the root's own handling of each further message, taken as a quarter of
+    // alpha (alpha is both ends' overhead and the wire's latency; the root's share of one end
+    // is what serializes; an estimate, not a measurement).
+    return link.alphaSeconds * (1 + (n - 2) / 4.0) +
+           (n - 1) * (wire + bytes * m.gammaSecondsPerByte);
+  }
   // Each round's whole buffer reaches the root one after the other (its link is the busiest).
   const double rounds = log2Ceil(n);
   return rounds * (link.alphaSeconds + wire + bytes * m.gammaSecondsPerByte);
 }
 
 ReduceAlgorithm cheapestReduce(const Topology& topology, double bytes, const CostModel& model) {
-  return predictReduceSeconds(ReduceAlgorithm::kTree, topology, bytes, model) <
-                 predictReduceSeconds(ReduceAlgorithm::kChain, topology, bytes, model)
-             ? ReduceAlgorithm::kTree
-             : ReduceAlgorithm::kChain;
+  ReduceAlgorithm best = ReduceAlgorithm::kChain;
+  double bestTime = predictReduceSeconds(best, topology, bytes, model);
+  for (ReduceAlgorithm a : {ReduceAlgorithm::kTree, ReduceAlgorithm::kLinear}) {
+    const double t = predictReduceSeconds(a, topology, bytes, model);
+    if (t < bestTime) {
+      bestTime = t;
+      best = a;
+    }
+  }
+  return best;
 }
 
 }  // namespace gs::stream

@@ -43,12 +43,13 @@ Algorithm cheapestAllReduce(const Topology& topology, double bytes, const CostMo
 
 /// Predicted seconds of a reduce to one root (schedule.h): the chain pipelines chunks through
 /// N-1 hops and its root receives the buffer once; the binomial tree takes ceil(log2 N)
-/// rounds, each a whole (pipelined) buffer into the root.
+/// rounds, each a whole (pipelined) buffer into the root; the linear one round in which the
+/// root receives and reduces N-1 buffers.
 double predictReduceSeconds(ReduceAlgorithm algo,
                             const Topology& topology,
                             double bytes,
                             const CostModel& model);
-/// The reduce algorithm with the lowest prediction (ties: the chain).
+/// The reduce algorithm with the lowest prediction (ties: the chain, then the tree).
 ReduceAlgorithm cheapestReduce(const Topology& topology, double bytes, const CostModel& model);
 
 }  // namespace gs::stream

@@ -130,9 +130,15 @@ Schedule chainReduce(int rank, int nranks, int root, size_t count);
 /// children accumulate in their recv buffer, so every rank has recvCount = count (off the
 /// root the caller supplies scratch, never the user's buffer).
 Schedule treeReduce(int rank, int nranks, int root, size_t count);
-enum class ReduceAlgorithm : uint8_t { kChain, kTree };
-const char* reduceAlgorithmName(ReduceAlgorithm algo);  // "chain", "tree"
+/// Linear: every other rank sends its buffer straight to `root`, which reduces them in rank
+/// order from its own (one round: the fewest hops for tiny messages, where each hop may wait
+/// for a rank to be scheduled). recvCount is 0 off the root.
+Schedule linearReduce(int rank, int nranks, int root, size_t count);
+enum class ReduceAlgorithm : uint8_t { kChain, kTree, kLinear };
+const char* reduceAlgorithmName(ReduceAlgorithm algo);  // "chain", "tree", "linear"
 Schedule buildReduce(ReduceAlgorithm algo, int rank, int nranks, int root, size_t count);
+/// "chain", "tree" or "linear" (reduceAlgorithmName's); false for anything else.
+bool parseReduceAlgorithm(const std::string& name, ReduceAlgorithm* out);
 
 /// Element counts and displacements of an all-to-all on one rank, one entry per peer
 /// (gs_alltoallv's arguments): block j of the send buffer (sendDispls[j], sendCounts[j]) goes

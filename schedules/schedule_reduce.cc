@@ -1,4 +1,5 @@
-// Reduce to a root: the pipelined chain (bandwidth) and the binomial tree (latency).
+// Reduce to a root: the pipelined chain (bandwidth), the binomial tree and the linear
+// (latency: log2 N rounds, or one round the root takes N-1 messages in).
 #include "common/error.h"
 #include "schedules/schedule.h"
 #include "schedules/schedule_build.h"
@@ -95,13 +96,68 @@ Schedule treeReduce(int rank, int nranks, int root, size_t count) {
   return s;
 }
 
+Schedule linearReduce(int rank, int nranks, int root, size_t count) {
+  Schedule s = rootedBase(rank, nranks, root, count);
+  if (nranks == 1)
+    return s;
+  const BufferRange own{BufferId::kSend, 0, count};
+  if (rank != root) {
+    Step up;
+    up.sendPeer = root;
+    up.send = own;
+    s.steps.push_back(up);
+    return s;
+  }
+  // Every other rank's buffer arrives at once; the root reduces them in rank order from its
+  // own (root + 1, root + 2, ...), whatever order they land in, so the result never depends
+  // on timing.
+  s.recvCount = count;
+  for (int k = 1; k < nranks; ++k) {
+    Step in;
+    in.recvPeer = mod(root + k, nranks);
+    in.recvCount = count;
+    in.dst = BufferRange{BufferId::kRecv, 0, count};
+    in.action = k == 1 ? RecvAction::kReduceWith : RecvAction::kReduce;
+    in.operand = own;
+    s.steps.push_back(in);
+  }
+  s.steps.back().finalize = true;
+  return s;
+}
+
 const char* reduceAlgorithmName(ReduceAlgorithm algo) {
-  return algo == ReduceAlgorithm::kTree ? "tree" : "chain";
+  switch (algo) {
+    case ReduceAlgorithm::kTree:
+      return "tree";
+    case ReduceAlgorithm::kLinear:
+      return "linear";
+    case ReduceAlgorithm::kChain:
+      break;
+  }
+  return "chain";
+}
+
+bool parseReduceAlgorithm(const std::string& name, ReduceAlgorithm* out) {
+  for (ReduceAlgorithm a :
+       {ReduceAlgorithm::kChain, ReduceAlgorithm::kTree, ReduceAlgorithm::kLinear}) {
+    if (name == reduceAlgorithmName(a)) {
+      *out = a;
+      return true;
+    }
+  }
+  return false;
 }
 
 Schedule buildReduce(ReduceAlgorithm algo, int rank, int nranks, int root, size_t count) {
-  return algo == ReduceAlgorithm::kTree ? treeReduce(rank, nranks, root, count)
-                                        : chainReduce(rank, nranks, root, count);
+  switch (algo) {
+    case ReduceAlgorithm::kTree:
+      return treeReduce(rank, nranks, root, count);
+    case ReduceAlgorithm::kLinear:
+      return linearReduce(rank, nranks, root, count);
+    case ReduceAlgorithm::kChain:
+      break;
+  }
+  return chainReduce(rank, nranks, root, count);
 }
 
 }  // namespace gs::stream

@@ -287,9 +287,10 @@ GS_API gs_status_t gs_broadcast(const void* sendbuff,
 
 /**
  * Reduce to root (NCCL's ncclReduce): recvbuff is written on root only (may be NULL elsewhere;
- * sendbuff == recvbuff on root is in place). A binomial tree for latency-bound sizes, a
- * pipelined chain toward root for the rest, chosen by the cost model (logged at info when the
- * choice changes). Every rank must pass the same root and op.
+ * sendbuff == recvbuff on root is in place). For latency-bound sizes every rank sends straight
+ * to root (linear) or along a binomial tree, a pipelined chain toward root for the rest, chosen
+ * by the cost model (logged at info when the choice changes; GS_REDUCE_ALGO fixes it). Every
+ * rank must pass the same root and op.
  */
 GS_API gs_status_t gs_reduce(const void* sendbuff,
                              void* recvbuff,

@@ -1,8 +1,8 @@
 // gs_reduce, gs_alltoall, gs_alltoallv (blocking and non-blocking) and gs_barrier: N ranks as
-// threads over loopback, tcp and shm, every dtype, counts of 0, 1, odd and many chunks, both
-// reduce algorithms (the cost model takes the tree for small counts and the chain for large
-// ones), in place, uneven all-to-all layouts with empty pairs, a pair that disagrees on its
-// count, and the argument errors.
+// threads over loopback, tcp and shm, every dtype, counts of 0, 1, odd and many chunks, every
+// reduce algorithm (the cost model's choice, and each of chain, tree and linear through
+// GS_REDUCE_ALGO), in place, uneven all-to-all layouts with empty pairs, a pair that disagrees
+// on its count, and the argument errors.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -39,14 +39,15 @@ class RootedAllToAll : public TransportRanksTest {
   RankOptions options() const { return chunkedOptions(); }
 };
 
-TEST_P(RootedAllToAll, ReduceEveryDtypeRootAndCountInAndOutOfPlace) {
-  const int n = nranks();
+// Every dtype, root and count in and out of place, with the reduce algorithm `algo`
+// (GS_REDUCE_ALGO, read when the communicators are made; "auto": the cost model's per count).
+void reduceEveryDtypeRootAndCount(int n, const RankOptions& options, const char* algo) {
+  setenv("GS_REDUCE_ALGO", algo, 1);
   Failures f;
-  runRanks(n, options(), [&](int rank, gs_comm_t comm) {
+  runRanks(n, options, [&](int rank, gs_comm_t comm) {
     for (gs_dtype_t t : kDtypes) {
       const size_t es = dtypeSize(t);
       for (int root : {0, n - 1}) {
-        // 7 elements: the tree; 20000 of them: the chain (cost model, see the file comment).
         for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{20000}}) {
           for (bool inPlace : {false, true}) {
             std::vector<uint8_t> send(count * es + 1), recv(count * es + 1, 0xcd);
@@ -62,6 +63,17 @@ TEST_P(RootedAllToAll, ReduceEveryDtypeRootAndCountInAndOutOfPlace) {
             void* out = rank == root || rank == n - 1 ? recv.data() : nullptr;
             if (gs_reduce(in, out, count, t, GS_SUM, root, comm, nullptr) != GS_OK) {
               f.add(std::string("gs_reduce: ") + gs_last_error());
+              return;
+            }
+            gs_comm_stats_t st;
+            memset(&st, 0, sizeof(st));
+            st.struct_size = sizeof(st);
+            // (2 ranks over shm swap small blocks through the mailboxes: no schedule.)
+            if (n > 1 && count > 0 && strcmp(algo, "auto") != 0 &&
+                (gs_comm_stats(comm, &st) != GS_OK ||
+                 (strcmp(st.last_algorithm, algo) != 0 &&
+                  strcmp(st.last_algorithm, "small_exchange") != 0))) {
+              f.add(std::string("ran ") + st.last_algorithm + " for GS_REDUCE_ALGO=" + algo);
               return;
             }
             for (size_t i = 0; i < count; ++i) {
@@ -81,7 +93,17 @@ TEST_P(RootedAllToAll, ReduceEveryDtypeRootAndCountInAndOutOfPlace) {
       }
     }
   });
-  EXPECT_TRUE(f.list.empty()) << (f.list.empty() ? std::string() : f.list.front());
+  unsetenv("GS_REDUCE_ALGO");
+  EXPECT_TRUE(f.list.empty()) << algo << ": " << (f.list.empty() ? std::string() : f.list.front());
+}
+
+TEST_P(RootedAllToAll, ReduceEveryDtypeRootAndCountInAndOutOfPlace) {
+  reduceEveryDtypeRootAndCount(nranks(), options(), "auto");
+}
+
+TEST_P(RootedAllToAll, ReduceByEveryAlgorithm) {
+  for (const char* algo : {"chain", "tree", "linear"})
+    reduceEveryDtypeRootAndCount(nranks(), options(), algo);
 }
 
 TEST_P(RootedAllToAll, AllToAllEveryDtypeAndCountInAndOutOfPlace) {

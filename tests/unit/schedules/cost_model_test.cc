@@ -76,15 +76,23 @@ TEST(CostModel, MeasuredDefaultsOrderTheTransports) {
 namespace gs::stream {
 namespace {
 
-TEST(CostModel, ReduceTakesTheTreeForSmallMessagesAndTheChainForLargeOnes) {
+TEST(CostModel, ReduceTakesLinearOrTreeForSmallMessagesAndTheChainForLargeOnes) {
   CostModel m;
   m.intraHost = CostModel::measured("tcp");
+  // Small messages: one round into the root while it handles few messages, log2 N rounds once
+  // the root's share of N-1 messages outweighs them.
   const Topology eight = Topology::blocks(8, 8);
-  EXPECT_EQ(cheapestReduce(eight, 8, m), ReduceAlgorithm::kTree);
+  EXPECT_EQ(cheapestReduce(eight, 8, m), ReduceAlgorithm::kLinear);
+  EXPECT_EQ(cheapestReduce(Topology::blocks(4, 4), 8, m), ReduceAlgorithm::kLinear);
+  EXPECT_EQ(cheapestReduce(Topology::blocks(32, 32), 8, m), ReduceAlgorithm::kTree);
+  // The root's inbound link carries N-1 buffers in linear: from some KiB the tree's rounds win.
+  EXPECT_EQ(cheapestReduce(eight, 64 << 10, m), ReduceAlgorithm::kTree);
   EXPECT_EQ(cheapestReduce(eight, 64 << 20, m), ReduceAlgorithm::kChain);
-  // Two ranks: both are one message into the root; the tie goes to the chain.
+  // Two ranks: all three are one message into the root; the tie goes to the chain.
   const Topology two = Topology::blocks(2, 2);
   EXPECT_DOUBLE_EQ(predictReduceSeconds(ReduceAlgorithm::kTree, two, 1 << 20, m),
+                   predictReduceSeconds(ReduceAlgorithm::kChain, two, 1 << 20, m));
+  EXPECT_DOUBLE_EQ(predictReduceSeconds(ReduceAlgorithm::kLinear, two, 1 << 20, m),
                    predictReduceSeconds(ReduceAlgorithm::kChain, two, 1 << 20, m));
   EXPECT_EQ(cheapestReduce(two, 1 << 20, m), ReduceAlgorithm::kChain);
   EXPECT_EQ(predictReduceSeconds(ReduceAlgorithm::kChain, Topology::blocks(1, 1), 1e6, m), 0);

@@ -33,7 +33,8 @@ std::vector<int> rootsToTry(int n) {
 }
 
 TEST(ReduceSchedules, EveryAlgorithmRootAndCountGiveTheRootTheReduction) {
-  for (ReduceAlgorithm algo : {ReduceAlgorithm::kChain, ReduceAlgorithm::kTree}) {
+  for (ReduceAlgorithm algo :
+       {ReduceAlgorithm::kChain, ReduceAlgorithm::kTree, ReduceAlgorithm::kLinear}) {
     for (int n : ranksToTry()) {
       for (int root : rootsToTry(n)) {
         for (size_t count : countsFor(n)) {
@@ -63,6 +64,35 @@ TEST(ReduceSchedules, TheChainMovesTheBufferOncePerLinkAndTheTreeTakesLog2Rounds
       while ((1 << log2n) < n)
         ++log2n;
       EXPECT_EQ(rootRounds, log2n) << "N=" << n << " root=" << root;
+    }
+  }
+}
+
+// Linear: one round. Every other rank sends its buffer straight to the root, which takes one
+// message from each, in rank order from its own, the last one finalizing.
+TEST(ReduceSchedules, LinearSendsEveryBufferStraightToTheRootInOneRound) {
+  for (int n : ranksToTry()) {
+    for (int root : rootsToTry(n)) {
+      for (int r = 0; r < n; ++r) {
+        const Schedule s = buildReduce(ReduceAlgorithm::kLinear, r, n, root, 10);
+        if (n == 1) {
+          EXPECT_TRUE(s.steps.empty());
+          continue;
+        }
+        if (r != root) {
+          ASSERT_EQ(s.steps.size(), 1u) << "N=" << n << " rank " << r;
+          EXPECT_EQ(s.steps[0].sendPeer, root);
+          EXPECT_EQ(s.steps[0].recvPeer, -1);
+          EXPECT_EQ(s.recvCount, 0u);
+          continue;
+        }
+        ASSERT_EQ(s.steps.size(), static_cast<size_t>(n - 1)) << "N=" << n << " root " << root;
+        for (int k = 0; k < n - 1; ++k) {
+          EXPECT_EQ(s.steps[k].recvPeer, (root + k + 1) % n);
+          EXPECT_EQ(s.steps[k].sendPeer, -1);
+          EXPECT_EQ(s.steps[k].finalize, k == n - 2);
+        }
+      }
     }
   }
 }
