@@ -346,9 +346,8 @@ stream::ReduceAlgorithm Communicator::chooseReduce(const stream::CollectiveArgs&
   if (args.codec == nullptr)
     model.codecRatio = 1.0;
   const double bytes = static_cast<double>(args.count * elementSize(args.dtype));
-  stream::ReduceAlgorithm best;
-  if (config_.reduceAlgo == "auto" || !stream::parseReduceAlgorithm(config_.reduceAlgo, &best))
-    best = stream::cheapestReduce(topology_, bytes, model);
+  const stream::ReduceAlgorithm best =
+      fixedReduce_ ? *fixedReduce_ : stream::cheapestReduce(topology_, bytes, model);
   if (!reduceChosen_ || best != lastReduceChoice_) {
     GS_LOG_INFO("reduce of %.0f bytes on %d ranks (%d hosts): algorithm %s (predicted %.1f us)",
                 bytes, nranks_, topology_.hosts(), stream::reduceAlgorithmName(best),

@@ -275,6 +275,7 @@ class Communicator {
   /// recvbuff (which may be NULL there). Guarded by execMutex_.
   std::vector<uint8_t> reduceScratch_;
   stream::ReduceAlgorithm lastReduceChoice_ = stream::ReduceAlgorithm::kChain;
+  std::optional<stream::ReduceAlgorithm> fixedReduce_;  // GS_REDUCE_ALGO other than auto
   bool reduceChosen_ = false;
 
   int nranks_;

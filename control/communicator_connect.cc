@@ -167,6 +167,9 @@ std::set<int> Communicator::chooseSchedules(const std::vector<PeerInfo>& infos) 
     hostnames[r] = infos[r].hostname;
   topology_ = stream::Topology::fromHostNames(hostnames);
   algorithms_ = allowedAlgorithms(config_.algo, topology_);
+  stream::ReduceAlgorithm reduce;
+  if (stream::parseReduceAlgorithm(config_.reduceAlgo, &reduce))  // else "auto" (Config checks)
+    fixedReduce_ = reduce;
   if (config_.algo == "hierarchical" && !topology_.uniform()) {
     GS_LOG_WARN(
         "GS_ALGO=hierarchical needs the same number of ranks on every host (%d ranks, "

@@ -221,13 +221,13 @@ class Engine {
   struct Run;
   struct Prepared;
   struct MessageRun;
-  struct MessageRunSpare;
+  struct MessageRunLists;
   // Point-to-point: messages numbered per peer and direction (the chunk header's collectiveId
   // for them), and the runs so far (error messages).
   std::vector<uint32_t> messagesSent_, messagesReceived_;
   uint32_t pointToPointRuns_ = 0;
-  // What the last point-to-point run's lists allocated, kept for the next (MessageRun).
-  std::unique_ptr<MessageRunSpare> messageRunSpare_;
+  // The last point-to-point run's lists, emptied, for the next (MessageRunLists).
+  std::unique_ptr<MessageRunLists> messageRunLists_;
   Prepared& prepare(const CollectiveArgs& args);
   // The small-allreduce path (engine_small.cc): the link it would run on, or null where the
   // call or the link does not qualify.

@@ -10,32 +10,7 @@
 
 namespace gs::stream {
 
-Engine::MessageRun::MessageRun(Engine& e, const CollectiveArgs& b, const PointToPointFeed& f)
-    : engine(e), base(b), feed(f) {
-  if (e.messageRunSpare_ != nullptr) {
-    MessageRunSpare& spare = *e.messageRunSpare_;
-    plan = std::move(spare.plan);
-    links = std::move(spare.links);
-    linkOf = std::move(spare.linkOf);
-    regions = std::move(spare.regions);
-    list = std::move(spare.list);
-    sendsOf = std::move(spare.sendsOf);
-    sendsDone = std::move(spare.sendsDone);
-    spareSendDone = std::move(spare.sendDone);
-    incoming = std::move(spare.incoming);
-  }
-  const auto nranks = static_cast<size_t>(e.nranks_);
-  linkOf.assign(nranks, -1);
-  // Never reallocated while the run runs: LinkRun::queues points into plan.links.
-  plan.links.reserve(nranks);
-  links.reserve(nranks);
-  if (e.messagesSent_.size() < nranks) {
-    e.messagesSent_.resize(nranks, 0);
-    e.messagesReceived_.resize(nranks, 0);
-  }
-}
-
-Engine::MessageRun::~MessageRun() {
+void Engine::MessageRunLists::clear() {
   regions.clear();  // the registrations end with the run
   for (Run::LinkRun& lr : links) {
     lr.sendDone.clear();
@@ -52,19 +27,29 @@ Engine::MessageRun::~MessageRun() {
   for (std::vector<size_t>& sends : sendsOf)
     sends.clear();
   sendsDone.clear();
-  if (engine.messageRunSpare_ == nullptr)
-    engine.messageRunSpare_ = std::make_unique<MessageRunSpare>();
-  MessageRunSpare& spare = *engine.messageRunSpare_;
-  spare.plan = std::move(plan);
-  spare.links = std::move(links);
-  spare.linkOf = std::move(linkOf);
-  spare.regions = std::move(regions);
-  spare.list = std::move(list);
-  spare.sendsOf = std::move(sendsOf);
-  spare.sendsDone = std::move(sendsDone);
-  spare.sendDone = std::move(spareSendDone);
   incoming.clear();
-  spare.incoming = std::move(incoming);
+}
+
+Engine::MessageRun::MessageRun(Engine& e, const CollectiveArgs& b, const PointToPointFeed& f)
+    : engine(e), base(b), feed(f) {
+  if (e.messageRunLists_ != nullptr)
+    static_cast<MessageRunLists&>(*this) = std::move(*e.messageRunLists_);
+  const auto nranks = static_cast<size_t>(e.nranks_);
+  linkOf.assign(nranks, -1);
+  // Never reallocated while the run runs: LinkRun::queues points into plan.links.
+  plan.links.reserve(nranks);
+  links.reserve(nranks);
+  if (e.messagesSent_.size() < nranks) {
+    e.messagesSent_.resize(nranks, 0);
+    e.messagesReceived_.resize(nranks, 0);
+  }
+}
+
+Engine::MessageRun::~MessageRun() {
+  clear();
+  if (engine.messageRunLists_ == nullptr)
+    engine.messageRunLists_ = std::make_unique<MessageRunLists>();
+  *engine.messageRunLists_ = std::move(static_cast<MessageRunLists&>(*this));
 }
 
 // Integers, and floats the codec cannot encode, travel in their dtype (as for collectives).
@@ -160,10 +145,10 @@ void Engine::MessageRun::announceReceives() {
     if (m.send)
       continue;
     m.announced = announceReceive(m);
-    // Its sender waits for the credits: this run returns them as they free, from now on. Set
-    // only once the receive completed, a credit freed earlier waited for the run's idle flush
-    // behind a send listed first that waited for the peer's credits in turn (a 64 KiB sendrecv
-    // over tcp: 25 -> 45 us).
+    // Its sender waits for the credits: this run returns them as they free, from now on (set
+    // only when the receive completed, its credits waited for the run's idle flush behind a
+    // send listed first that waited for the peer's credits in turn: a 64 KiB sendrecv over
+    // tcp took 45 us instead of 25).
     owesCredits |= !m.announced;
   }
 }

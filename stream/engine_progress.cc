@@ -204,9 +204,10 @@ void Engine::Run::execute(uint64_t startNs) {
   const auto spinTime = engine.spinMaxBytes_ == 0 || bytes <= engine.spinMaxBytes_
                             ? engine.spinTime_
                             : std::chrono::microseconds(0);
+  const bool batchPosts = bytes <= kPostBatchMaxBytes;
   for (;;) {
     // What this round posts leaves together at its end (tcp: one writev per socket).
-    PostBatch batch(links, bytes <= kPostBatchMaxBytes);
+    PostBatch batch(links, batchPosts);
     bool progress = false;
     for (size_t li = 0; li < links.size(); ++li)
       progress |= pollLink(li);

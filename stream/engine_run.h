@@ -258,10 +258,10 @@ struct Engine::Run {
   void onNoProgress(Clock::time_point now);
 };
 
-// The messages of one point-to-point run (Engine::runPointToPoint, engine_messages.cc). The
-// run's plan and links grow as messages join: both are reserved for every peer up front, so
-// the Run's references and each LinkRun's queues pointer stay valid.
-struct Engine::MessageRun {
+// The lists a point-to-point run fills, kept by the engine from one run to the next
+// (Engine::messageRunLists_) with what they allocated: a loop of small sendrecvs built them
+// afresh on every call (14 of a sendrecv's 30 allocations per rank).
+struct Engine::MessageRunLists {
   struct Message {
     size_t link;  // index in links
     bool send;
@@ -272,21 +272,13 @@ struct Engine::MessageRun {
     bool announced = false;  // a receive whose sender was told it is posted
     bool done = false;       // a send whose completion condition held (completeSends)
   };
-  Engine& engine;
-  const CollectiveArgs& base;
-  const PointToPointFeed& feed;
-  // The lists below come from the engine's spare (Engine::MessageRunSpare) and go back to it
-  // emptied: a loop of small sendrecvs allocated them afresh on every call (14 of a sendrecv's
-  // 30 allocations per rank). plan.links keeps entries past the run's links, their queues
-  // emptied, for their capacity: queuesUsed of them are this run's.
+  // plan.links keeps entries past the run's links, their queues emptied, for their capacity:
+  // MessageRun::queuesUsed of them are the run's.
   Plan plan;
-  size_t queuesUsed = 0;
   std::vector<Run::LinkRun> links;
   std::vector<int> linkOf;  // by peer: index in links, -1 before its first message
   std::vector<std::unique_ptr<transport::MemoryRegion>> regions;  // the sends' buffers
   std::vector<Message> list;
-  size_t reported = 0;      // messages reported complete (in order)
-  size_t announceFrom = 0;  // messages from here on may hold receives not yet announced
   // By link: its sends (indices in list) and how many of them completed, in order. Sends
   // complete per link, whatever the messages to other peers before them in list are waiting
   // for: Link::messagesSentDone must keep up with what the receiver completed, or its notices
@@ -296,6 +288,22 @@ struct Engine::MessageRun {
   std::vector<size_t> sendsDone;
   std::vector<std::vector<uint8_t>> spareSendDone;  // LinkRun::sendDone vectors to reuse
   std::vector<PointToPointOp> incoming;             // what feed.more() added last
+
+  // Empties every list for the next run, keeping what they allocated; ends the registrations.
+  void clear();
+};
+
+// The messages of one point-to-point run (Engine::runPointToPoint, engine_messages.cc). The
+// run's plan and links grow as messages join: both are reserved for every peer up front, so
+// the Run's references and each LinkRun's queues pointer stay valid. Its lists come from the
+// engine's and go back to it, emptied.
+struct Engine::MessageRun : Engine::MessageRunLists {
+  Engine& engine;
+  const CollectiveArgs& base;
+  const PointToPointFeed& feed;
+  size_t queuesUsed = 0;    // entries of plan.links this run uses
+  size_t reported = 0;      // messages reported complete (in order)
+  size_t announceFrom = 0;  // messages from here on may hold receives not yet announced
   // The run holds a receive whose sender waits for its credits (it was not announced): credits
   // go back at every idle moment and before the run ends. With announced receives only, they
   // go back a batch at a time or after kAnnouncedCreditHold of idling.
@@ -324,18 +332,6 @@ struct Engine::MessageRun {
   bool announceReceive(const Message& m);
   bool receiverPosted(Run& run, const Message& m);
   void completeSends(Run& run);
-};
-
-struct Engine::MessageRunSpare {
-  Plan plan;
-  std::vector<Run::LinkRun> links;
-  std::vector<int> linkOf;
-  std::vector<std::unique_ptr<transport::MemoryRegion>> regions;
-  std::vector<MessageRun::Message> list;
-  std::vector<std::vector<size_t>> sendsOf;
-  std::vector<size_t> sendsDone;
-  std::vector<std::vector<uint8_t>> sendDone;
-  std::vector<PointToPointOp> incoming;
 };
 
 struct Engine::Prepared {
