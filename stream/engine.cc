@@ -4,11 +4,14 @@
 // engine_failure.cc).
 #include "stream/engine.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
 
 #include "codecs/reduce.h"
+#include "common/cpu_placement.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "format/chunk_header.h"
@@ -299,6 +302,18 @@ void Engine::registerOnLinkDevices(Prepared& p) {
     if (recv)
       p.otherRegions.push_back(std::move(recv));
   }
+}
+
+void Engine::stayHome(Clock::time_point now) {
+  if (homeCpuSlot_ < 0 || now < nextHomeCheck_)
+    return;
+  // A millisecond between looks: a sched_getcpu() and a sched_getaffinity() each; a move (two
+  // more system calls) only when the kernel took the thread elsewhere meanwhile.
+  constexpr auto kHomeCheckPeriod = std::chrono::milliseconds(1);
+  nextHomeCheck_ = now + kHomeCheckPeriod;
+  const int home = homeCpuOfCallingThread(homeCpuSlot_);
+  if (home >= 0 && sched_getcpu() != home)
+    placeCallingThread(homeCpuSlot_);
 }
 
 void Engine::waitForActivity(std::chrono::microseconds maxWait) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "codecs/codec.h"
+#include "common/clock.h"
 #include "common/config.h"
 #include "common/types.h"
 #include "monitoring/counters.h"
@@ -172,6 +173,10 @@ class Engine {
   /// While polling, give the core up (sched_yield) at every idle round from this long without
   /// progress on. Default 3 us: a peer on a core of its own answers sooner than the call.
   void setYieldAfter(std::chrono::microseconds time) { yieldAfter_ = time; }
+  /// Where ranks outnumber cores: a thread polling in a run is kept on the slot-th CPU of its
+  /// affinity mask (common/cpu_placement.h says why), looked at every kHomeCheckPeriod of
+  /// polling and moved back only when it left. -1 (default): placement is the kernel's.
+  void setHomeCpuSlot(int slot) { homeCpuSlot_ = slot; }
   /// Credits short of a batch (half the slots) go back once a run has idled this long, instead
   /// of at its first idle moment (default 0). Where ranks outnumber cores that moment is core
   /// time another rank needs, and the credit a message (on tcp a system call and a wake-up)
@@ -304,6 +309,9 @@ class Engine {
   std::chrono::microseconds spinTime_{0};
   std::chrono::microseconds creditFlushAfter_{0};
   std::chrono::microseconds yieldAfter_{3};
+  int homeCpuSlot_ = -1;
+  Clock::time_point nextHomeCheck_{};
+  void stayHome(Clock::time_point now);
   size_t spinMaxBytes_ = 0;
   uint32_t singleCopyMinBytes_ = kSingleCopyMinBytes;
   const codecs::Codec& decoder(uint8_t id) const { return *decoders_[id]; }

@@ -272,8 +272,10 @@ void Engine::Run::execute(uint64_t startNs) {
       // this rank waits for may be the thread waiting for it. With nothing else runnable,
       // yield returns at once, but costs a system call: not in the first microseconds, when a
       // peer on its own core answers.
-      if (now - lastProgress >= engine.yieldAfter_)
+      if (now - lastProgress >= engine.yieldAfter_) {
+        engine.stayHome(now);
         std::this_thread::yield();
+      }
       continue;
     }
     if (idle > engine.spinRounds_ && now - lastProgress >= spinTime) {
