@@ -313,6 +313,15 @@ void Communicator::startEngine(const std::vector<PeerInfo>& infos,
   engine_->setTopology(topology_);
   engine_->setLinkMaker([this](const std::vector<int>& peers) { linkLater(peers); });
   engine_->setChunkBytes(pipelineChunk_);
+  // Small all-to-all, allgather and reduce-scatter calls of more than two ranks may swap blocks
+  // through the shm mailboxes of every pair: only where every pair shares memory (every rank
+  // computes this alike from the rendezvous records).
+  bool everyPairShm = config_.shmSmallBytes > 0;
+  for (int a = 0; a < nranks_ && everyPairShm; ++a) {
+    for (int b = a + 1; b < nranks_ && everyPairShm; ++b)
+      everyPairShm = shmBetween(transports_[a], transports_[b]);
+  }
+  engine_->setSmallExchangeGroup(everyPairShm);
   if (isAutoCodec(config_.codec)) {
     // Its links start from the communicator's pipeline chunk (pipelineChunkBytes), then
     // propose their own within GS_CHUNK_MIN_BYTES..GS_CHUNK_MAX_BYTES.

@@ -195,8 +195,8 @@ void Engine::run(const CollectiveArgs& args) {
   stats_ = {};
   if (deferredAbort_ != nullptr) [[unlikely]]
     raiseDeferredAbort(args.kind, id);
-  if (Link* link = smallExchangeLink(args)) {
-    runSmall(args, *link, id, startNs);
+  if (takesSmallExchange(args)) {
+    runSmall(args, id, startNs);
     ++completedCollectives_;
     return;
   }

@@ -177,6 +177,9 @@ class Engine {
   /// affinity mask (common/cpu_placement.h says why), looked at every kHomeCheckPeriod of
   /// polling and moved back only when it left. -1 (default): placement is the kernel's.
   void setHomeCpuSlot(int slot) { homeCpuSlot_ = slot; }
+  /// More than two ranks take the small-collective mailboxes (engine_small.cc) only where every
+  /// pair of them shares memory (all on one host over shm: the same answer on every rank).
+  void setSmallExchangeGroup(bool everyPairSharesMemory) { smallGroup_ = everyPairSharesMemory; }
   /// Credits short of a batch (half the slots) go back once a run has idled this long, instead
   /// of at its first idle moment (default 0). Where ranks outnumber cores that moment is core
   /// time another rank needs, and the credit a message (on tcp a system call and a wake-up)
@@ -234,11 +237,16 @@ class Engine {
   // The last point-to-point run's lists, emptied, for the next (MessageRunLists).
   std::unique_ptr<MessageRunLists> messageRunLists_;
   Prepared& prepare(const CollectiveArgs& args);
-  // The small-allreduce path (engine_small.cc): the link it would run on, or null where the
-  // call or the link does not qualify.
-  Link* smallExchangeLink(const CollectiveArgs& args) const;
-  void runSmall(const CollectiveArgs& args, Link& link, uint32_t id, uint64_t startNs);
+  // The small-collective path (engine_small.cc): whether this call takes it, and the run.
+  bool takesSmallExchange(const CollectiveArgs& args) const;
+  void runSmall(const CollectiveArgs& args, uint32_t id, uint64_t startNs);
   FailureNotice smallExchangePeerNotice(Link& link, uint32_t bytes);
+  // Every pair of ranks shares memory (setSmallExchangeGroup).
+  bool smallGroup_ = false;
+  // Per rank, reused by every small call: sequence posted, mailbox found, value to reduce.
+  std::vector<uint64_t> smallSequences_;
+  std::vector<transport::SmallArrival> smallArrivals_;
+  std::vector<uint8_t> smallScratch_;
   void registerOnLinkDevices(Prepared& p);
   void connectMissingPeers(const Plan& plan, CollectiveKind kind);
   void addDevice(transport::Device& device);

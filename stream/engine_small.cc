@@ -1,15 +1,17 @@
-// The small-collective path: two ranks whose link offers small-exchange mailboxes (shm) swap
-// one block each through them: the whole buffer (allreduce, reduce), the peer's block
+// The small-collective path: ranks whose links offer small-exchange mailboxes (shm) swap one
+// block per pair through them: the whole buffer (allreduce, reduce: 2 ranks), the peer's block
 // (reduce-scatter, all-to-all) or their own (allgather), and each finishes the call locally,
-// reducing the lower rank's value first so replicas agree bit for bit. No plan, chunk header,
-// credit or completion: one copy out, one poll loop, one reduction. A 2-rank 8 B allreduce
-// took 0.5-0.6 us through the chunk protocol, against ~0.3 us for OpenMPI's shared memory;
-// the protocol's bookkeeping was most of it.
+// reducing in rank order from rank 0's value so replicas agree bit for bit. No plan, chunk
+// header, credit or completion: one copy out per peer, one poll loop, one reduction. A 2-rank
+// 8 B allreduce took 0.5-0.6 us through the chunk protocol, against ~0.3 us for OpenMPI's
+// shared memory; the protocol's bookkeeping was most of it. More than two ranks take it where
+// every pair shares memory, for the one-block-per-peer collectives (takesSmallExchange).
 //
-// Both ranks take this path for the same calls: the choice depends only on what every rank
-// passes alike (collective, count, dtype, codec) and on the link. A pair whose calls differ
-// still fails promptly on both ranks: mismatched small calls compare tags, and a rank in a
-// chunked call that sees its peer post a small exchange fails in its idle round
+// Every rank takes this path for the same calls: the choice depends only on what every rank
+// passes alike (collective, count, dtype, codec), the rank count, and the links (2 ranks) or
+// the communicator's transports (more). Ranks whose calls differ still fail promptly: small
+// calls compare tags, and a rank in a chunked call that sees a peer post a small exchange
+// while it still expects chunks from it fails in its idle round
 // (Engine::Run::checkPeerNotInSmallExchange).
 #include <algorithm>
 #include <cstring>
@@ -125,29 +127,58 @@ FailureNotice Engine::smallExchangePeerNotice(Link& link, uint32_t bytes) {
       formatString("rank %d failed before its part of this %u-byte exchange", peer, bytes)};
 }
 
-Link* Engine::smallExchangeLink(const CollectiveArgs& args) const {
-  // count is what one rank sends its peer in each of these (a block; the whole buffer for
+bool Engine::takesSmallExchange(const CollectiveArgs& args) const {
+  // count is what one rank sends each peer in each of these (a block; the whole buffer for
   // allreduce and reduce).
   const size_t bytes = args.count * elementSize(args.dtype);
-  if (nranks_ != 2 || !symmetricExchange(args) || bytes == 0 ||
-      bytes > static_cast<uint64_t>(config_.shmSmallBytes) || args.codec != nullptr ||
+  if (nranks_ < 2 || !symmetricExchange(args) || bytes == 0 || args.codec != nullptr ||
       args.adaptive || args.residual != nullptr || args.count > 0xffff) {
-    return nullptr;
+    return false;
   }
-  Link* link = links_[1 - rank_];
-  if (link == nullptr || !link->connected() || link->connection().smallExchangeBytes() < bytes)
-    return nullptr;
-  return link;
+  if (nranks_ == 2) {
+    Link* link = links_[1 - rank_];
+    return bytes <= static_cast<uint64_t>(config_.shmSmallBytes) && link != nullptr &&
+           link->connected() && link->connection().smallExchangeBytes() >= bytes;
+  }
+  // More ranks: the collectives of one block per peer (all-to-all, allgather, reduce-scatter),
+  // each rank posting to every peer, so what it writes in all, (n-1) blocks, is what
+  // GS_SHM_SMALL_BYTES bounds. Not a reduce (its root alone would wait for all: not symmetric)
+  // nor an allreduce: every rank hearing from every other took longer than recursive
+  // doubling's log2 n exchanges where ranks outnumber cores (3 and 4 ranks on 2 cores, 96 B:
+  // 3.9-4.3 against 2.9-3.2 us, 4.6 against 3.6-5.1), while all-to-all, allgather and
+  // reduce-scatter gained (4 ranks: 4.5-5.0 against 4.7-5.3, 4.5-4.7 against 6.9-7.2, 4.7
+  // against 5.5-7.2 us). Decided on what every rank knows alike (the call, the rank count, the
+  // communicator's transports), never on links that exist here but not yet elsewhere.
+  if (!smallGroup_ || args.kind == CollectiveKind::kReduce ||
+      args.kind == CollectiveKind::kAllReduce) {
+    return false;
+  }
+  return bytes * static_cast<size_t>(nranks_ - 1) <= static_cast<uint64_t>(config_.shmSmallBytes);
 }
 
-void Engine::runSmall(const CollectiveArgs& args, Link& link, uint32_t id, uint64_t startNs) {
+void Engine::runSmall(const CollectiveArgs& args, uint32_t id, uint64_t startNs) {
   lastAlgorithm_ = "small_exchange";
   const size_t esize = elementSize(args.dtype);
   const auto bytes = static_cast<uint32_t>(args.count * esize);
-  const int peer = link.peer();
-  const uint64_t sequence = ++link.smallSequence;
+  const auto n = static_cast<size_t>(nranks_);
   const uint64_t tag = smallTag(args, id);
-  transport::Connection& connection = link.connection();
+  // Every peer's link (more than two ranks: made now where no schedule made it yet; every rank
+  // takes this path for this call, so each pair makes its link together).
+  std::vector<int> missing;
+  for (int p = 0; p < nranks_; ++p) {
+    if (p != rank_ && links_[p] == nullptr)
+      missing.push_back(p);
+  }
+  if (!missing.empty()) {
+    GS_CHECK(linkMaker_, Errc::kInternal, "no connection to rank %d for a small %s",
+             missing.front(), collectiveName(args.kind));
+    linkMaker_(missing);
+  }
+  for (int p = 0; p < nranks_; ++p) {
+    GS_CHECK(p == rank_ || (links_[p] != nullptr && links_[p]->connected() &&
+                            links_[p]->connection().smallExchangeBytes() >= bytes),
+             Errc::kInternal, "the link to rank %d has no %u-byte mailbox", p, bytes);
+  }
   // Blocks of a reduce-scatter's or all-to-all's send buffer, of an allgather's or all-to-all's
   // receive buffer, by rank.
   const auto* send = static_cast<const uint8_t*>(args.send);
@@ -155,50 +186,83 @@ void Engine::runSmall(const CollectiveArgs& args, Link& link, uint32_t id, uint6
   const bool blocksOut =
       args.kind == CollectiveKind::kReduceScatter || args.kind == CollectiveKind::kAllToAll;
   const uint8_t* mine = blocksOut ? send + static_cast<size_t>(rank_) * bytes : send;
-  connection.postSmall(sequence, tag, blocksOut ? send + static_cast<size_t>(peer) * bytes : send,
-                       bytes);
+  smallSequences_.assign(n, 0);
+  smallArrivals_.assign(n, transport::SmallArrival{});
+  // The next rank first: the ranks' first posts go to different peers.
+  for (size_t k = 1; k < n; ++k) {
+    const auto p = static_cast<size_t>((static_cast<size_t>(rank_) + k) % n);
+    Link& link = *links_[p];
+    smallSequences_[p] = ++link.smallSequence;
+    link.connection().postSmall(smallSequences_[p], tag, blocksOut ? send + p * bytes : send,
+                                bytes);
+  }
 
   // As Run::raise: the peers are told, and the error names the rank at fault.
-  const auto raise = [&](const FailureNotice& notice) { raiseNotice(args.kind, id, notice, peer); };
+  const auto raise = [&](const FailureNotice& notice, int peer) {
+    raiseNotice(args.kind, id, notice, peer);
+  };
   const auto failWith = [&](Errc code, int blamed, const std::string& cause) {
-    raise(FailureNotice{code, blamed, rank_, cause});
+    raise(FailureNotice{code, blamed, rank_, cause}, blamed);
   };
   const auto begin = Clock::time_point(std::chrono::nanoseconds(startNs));
   const auto timeout = std::chrono::milliseconds(config_.timeoutMs);
-  transport::SmallArrival arrival;
-  // The clock is read once in 64 polls (a poll is a few ns while the peer is on its core).
-  for (uint32_t polls = 1;; ++polls) {
-    const transport::SmallPoll state = connection.pollSmall(sequence, &arrival);
-    if (state == transport::SmallPoll::kArrived)
+  size_t pending = n - 1;
+  size_t next = 0;  // the lowest rank whose block may still be missing
+  // The clock is read once in 64 polls (a poll is a few ns while the peers are on their cores).
+  for (uint32_t polls = 1; pending > 0; ++polls) {
+    // A peer's failure is raised after the round: a mismatch this rank finds in another
+    // peer's mailbox is the cause itself (more than two ranks: the peer that failed may only
+    // have found the same mismatch, and its notice may not come in time).
+    int failedPeer = -1;
+    for (size_t p = next; p < n; ++p) {
+      if (p == static_cast<size_t>(rank_) || smallArrivals_[p].data != nullptr)
+        continue;
+      const int peer = static_cast<int>(p);
+      Link& link = *links_[p];
+      transport::SmallArrival& arrival = smallArrivals_[p];
+      const transport::SmallPoll state = link.connection().pollSmall(smallSequences_[p], &arrival);
+      if (state == transport::SmallPoll::kFailed)
+        failWith(Errc::kRemote, peer, link.connection().errorMessage());
+      if (arrival.data != nullptr && (arrival.tag != tag || arrival.bytes != bytes)) {
+        failWith(Errc::kInvalidArgument, peer,
+                 arrival.bytes != bytes && arrival.tag == tag
+                     ? formatString("rank %d sent %u bytes to a %u-byte %s", peer, arrival.bytes,
+                                    bytes, collectiveName(args.kind))
+                     : tagMismatch(arrival.tag, tag, peer, rank_));
+      }
+      if (state == transport::SmallPoll::kPeerFailed && failedPeer < 0)
+        failedPeer = peer;
+      if (state != transport::SmallPoll::kArrived)
+        continue;
+      --pending;
+    }
+    if (failedPeer >= 0)
+      raise(smallExchangePeerNotice(*links_[failedPeer], bytes), failedPeer);
+    while (next < n && (next == static_cast<size_t>(rank_) || smallArrivals_[next].data != nullptr))
+      ++next;
+    if (pending == 0)
       break;
-    if (state == transport::SmallPoll::kPeerFailed)
-      raise(smallExchangePeerNotice(link, bytes));
-    if (state == transport::SmallPoll::kFailed)
-      failWith(Errc::kRemote, peer, connection.errorMessage());
     if (abortFlag_.load(std::memory_order_relaxed))
       failWith(Errc::kAborted, rank_, "communicator aborted");
     if (polls % 64 != 0)
       continue;
-    const auto waited = Clock::now() - begin;
+    const auto now = Clock::now();
+    const auto waited = now - begin;
     if (waited > timeout) {
-      failWith(Errc::kTimeout, peer,
-               formatString("rank %d sent nothing for this %s (%u bytes) within %lld ms", peer,
+      failWith(Errc::kTimeout, static_cast<int>(next),
+               formatString("rank %zu sent nothing for this %s (%u bytes) within %lld ms", next,
                             collectiveName(args.kind), bytes,
                             static_cast<long long>(config_.timeoutMs)));
     }
     // The chunk protocol's waiting (Run::execute): spin, yield once past yieldAfter_ (ranks
-    // outnumbering cores: at once), sleep on the doorbell once past the spin time.
-    if (waited >= spinTime_)
+    // outnumbering cores: at once, on the rank's home CPU), sleep on the doorbell once past
+    // the spin time.
+    if (waited >= spinTime_) {
       waitForActivity(std::chrono::microseconds(1000));
-    else if (waited >= yieldAfter_)
+    } else if (waited >= yieldAfter_) {
+      stayHome(now);
       std::this_thread::yield();
-  }
-  if (arrival.tag != tag || arrival.bytes != bytes) {
-    failWith(Errc::kInvalidArgument, peer,
-             arrival.bytes != bytes && arrival.tag == tag
-                 ? formatString("rank %d sent %u bytes to a %u-byte %s", peer, arrival.bytes, bytes,
-                                collectiveName(args.kind))
-                 : tagMismatch(arrival.tag, tag, peer, rank_));
+    }
   }
   switch (args.kind) {
     case CollectiveKind::kAllGather:
@@ -206,33 +270,50 @@ void Engine::runSmall(const CollectiveArgs& args, Link& link, uint32_t id, uint6
       uint8_t* own = recv + static_cast<size_t>(rank_) * bytes;
       if (own != mine)
         std::memmove(own, mine, bytes);
-      std::memcpy(recv + static_cast<size_t>(peer) * bytes, arrival.data, bytes);
+      for (size_t p = 0; p < n; ++p) {
+        if (p != static_cast<size_t>(rank_))
+          std::memcpy(recv + p * bytes, smallArrivals_[p].data, bytes);
+      }
       break;
     }
     default: {
       if (args.kind == CollectiveKind::kReduce && args.root != rank_)
         break;  // the root's result only
-      // Lower rank's value first: both ranks compute op(v0, v1) element by element alike.
-      const void* first = rank_ < peer ? mine : arrival.data;
-      const void* second = rank_ < peer ? arrival.data : mine;
-      codecs::reduceInto(args.dtype, args.op, recv, first, second, args.count);
+      // In rank order, from rank 0's value: every rank computes op(...op(op(v0, v1), v2)...)
+      // element by element alike, so replicas agree bit for bit. This rank's own value is
+      // copied aside first where the result overwrites it before its turn (in place, rank > 1).
+      const uint8_t* own = mine;
+      if (rank_ > 1 && mine == recv) {
+        smallScratch_.assign(mine, mine + bytes);
+        own = smallScratch_.data();
+      }
+      const auto value = [&](size_t r) {
+        return r == static_cast<size_t>(rank_) ? own : smallArrivals_[r].data;
+      };
+      codecs::reduceInto(args.dtype, args.op, recv, value(0), value(1), args.count);
+      for (size_t r = 2; r < n; ++r)
+        codecs::reduceInto(args.dtype, args.op, recv, recv, value(r), args.count);
       codecs::finalizeAverage(args.dtype, args.op, recv, args.count, nranks_);
     }
   }
 
   const uint64_t endNs = nowNs();
-  stats_.chunksSent = stats_.chunksReceived = 1;
-  stats_.bytesSent = stats_.bytesLogical = bytes;
+  stats_.chunksSent = stats_.chunksReceived = n - 1;
+  stats_.bytesSent = stats_.bytesLogical = static_cast<uint64_t>(bytes) * (n - 1);
   stats_.elapsedNs = endNs - startNs;
-  link.goodputBytes += bytes;
-  link.goodputBusyNs += endNs - startNs;
-  monitoring::LinkCounters* counters =
-      static_cast<size_t>(peer) < counters_.size() ? counters_[peer] : nullptr;
-  if (counters != nullptr) {
-    counters->onChunkSent(bytes, bytes, static_cast<int>(format::CodecId::kRaw));
-    counters->onChunkReceived(bytes);
-    counters->onChunkCompleted(endNs - startNs);
-    counters->addBusyTime(endNs - startNs);
+  for (size_t p = 0; p < n; ++p) {
+    if (p == static_cast<size_t>(rank_))
+      continue;
+    Link& link = *links_[p];
+    link.goodputBytes += bytes;
+    link.goodputBusyNs += endNs - startNs;
+    monitoring::LinkCounters* counters = p < counters_.size() ? counters_[p] : nullptr;
+    if (counters != nullptr) {
+      counters->onChunkSent(bytes, bytes, static_cast<int>(format::CodecId::kRaw));
+      counters->onChunkReceived(bytes);
+      counters->onChunkCompleted(endNs - startNs);
+      counters->addBusyTime(endNs - startNs);
+    }
   }
 }
 
@@ -243,7 +324,10 @@ namespace gs::stream {
 void Engine::Run::checkPeerNotInSmallExchange() {
   for (const LinkRun& lr : links) {
     Link& link = *lr.link;
-    if (link.connection().peerSmallSequence() <= link.smallSequence)
+    // A peer that sent all this call expects from it may have finished the call and gone on
+    // to a small one (more than two ranks: this rank still waits for others).
+    if (lr.processed >= lr.queues->recvs.size() ||
+        link.connection().peerSmallSequence() <= link.smallSequence)
       continue;
     // The peer posted its small exchange after every chunk of its previous call: once a round
     // polled after we saw it made no progress either, nothing of this call is coming.

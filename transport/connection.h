@@ -34,7 +34,8 @@ struct LinkInfo {
 enum class SmallPoll {
   kPending,     // not there yet
   kArrived,     // *out describes it (its tag and length are the peer's: compare them)
-  kPeerFailed,  // the peer said it failed (postSmallFailure): it will not send
+  kPeerFailed,  // the peer said it failed (postSmallFailure); *out describes its part if that
+                // came first (data non-null): a mismatch found there is the cause
   kFailed,      // the connection failed (errorMessage() says why)
 };
 struct SmallArrival {

@@ -349,12 +349,15 @@ void Connection::postSmall(uint64_t sequence, uint64_t tag, const void* data, ui
 }
 
 SmallPoll Connection::pollSmall(uint64_t sequence, SmallArrival* out) {
+  if (failed_)
+    return SmallPoll::kFailed;
   // A peer that failed after posting its part failed this exchange too (as in the chunk
-  // protocol, where its abort notice follows its chunks): the flag is looked at first.
-  if (!failed_ && loadAcquire(incoming().smallFailed) != 0)
-    return SmallPoll::kPeerFailed;
+  // protocol, where its abort notice follows its chunks): the flag decides. Its part, when
+  // there, is described all the same: a mismatch the caller finds in it is the cause itself,
+  // which a third rank that gave up first may not have passed on yet.
+  const bool peerFailed = loadAcquire(incoming().smallFailed) != 0;
   SmallBox& box = incoming().small[sequence % 2];
-  if (!failed_ && loadAcquire(box.sequence) == sequence) {
+  if (loadAcquire(box.sequence) == sequence) {
     // Copied once and checked: the peer may scribble on the box, never make us read past it.
     const uint32_t bytes = std::atomic_ref<uint32_t>(box.bytes).load(std::memory_order_relaxed);
     if (bytes > kSmallBytes) {
@@ -367,10 +370,11 @@ SmallPoll Connection::pollSmall(uint64_t sequence, SmallArrival* out) {
     out->tag = std::atomic_ref<uint64_t>(box.tag).load(std::memory_order_relaxed);
     out->bytes = bytes;
     out->data = box.data;
-    return SmallPoll::kArrived;
+    return peerFailed ? SmallPoll::kPeerFailed : SmallPoll::kArrived;
   }
-  if (!failed_)
-    checkPeerAlive();
+  if (peerFailed)
+    return SmallPoll::kPeerFailed;
+  checkPeerAlive();
   return failed_ ? SmallPoll::kFailed : SmallPoll::kPending;
 }
 

@@ -1,8 +1,9 @@
-// The small-collective path (2 ranks over shm, blocks of at most GS_SHM_SMALL_BYTES swapped
-// through the connection's mailboxes, stream/engine_small.cc): the same bits as the chunk
-// protocol for allreduce, reduce, reduce-scatter, allgather and all-to-all, every dtype and op,
-// in and out of place, and calls that differ between the ranks fail on both, promptly, naming
-// the peer. Ranks are threads over real shm connections.
+// The small-collective path (ranks of one host over shm, blocks swapped through the
+// connections' mailboxes while what a rank posts in all is at most GS_SHM_SMALL_BYTES,
+// stream/engine_small.cc): the same bits as the chunk protocol for allreduce, reduce (2 ranks),
+// reduce-scatter, allgather and all-to-all, every dtype and op, in and out of place, for 2, 3
+// and 4 ranks; calls that differ between the ranks fail on all, promptly, naming the peer.
+// Ranks are threads over real shm connections.
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -48,18 +49,27 @@ struct Case {
   size_t count;  // what one rank sends the other: a block (the whole buffer for the reductions)
 };
 
-std::vector<Case> cases() {
+bool reduces(Kind k) {
+  return k != Kind::kAllGather && k != Kind::kAllToAll;
+}
+bool rooted(Kind k) {
+  return k == Kind::kReduceRoot0 || k == Kind::kReduceRoot1;
+}
+
+std::vector<Case> cases(int nranks) {
   std::vector<Case> out;
+  const auto peers = static_cast<size_t>(nranks - 1);
   for (Kind k : {Kind::kAllReduce, Kind::kReduceRoot0, Kind::kReduceRoot1, Kind::kReduceScatter,
                  Kind::kAllGather, Kind::kAllToAll}) {
-    const bool reduces = k != Kind::kAllGather && k != Kind::kAllToAll;
     for (gs_dtype_t t : {GS_FLOAT32, GS_FLOAT16, GS_BFLOAT16, GS_FLOAT64, GS_INT32, GS_UINT8}) {
       const size_t e = dtypeSize(t);
       for (gs_redop_t op : {GS_SUM, GS_AVG, GS_PROD, GS_MIN, GS_MAX}) {
-        if (!reduces && op != GS_SUM)
+        if (!reduces(k) && op != GS_SUM)
           continue;
-        // One element, odd counts, the largest block that fits (16 KiB) and one element more.
-        for (size_t count : {size_t{1}, size_t{3}, 1001 / e, 16384 / e, 16384 / e + 1})
+        // One element, odd counts, the largest block that fits (a rank posts one per peer: 16
+        // KiB in all) and one element more.
+        const size_t largest = 16384 / e / peers;
+        for (size_t count : {size_t{1}, size_t{3}, 1001 / e, largest, largest + 1})
           out.push_back({k, t, op, count});
       }
     }
@@ -67,36 +77,52 @@ std::vector<Case> cases() {
   return out;
 }
 
-// Random bits, but finite floats of moderate size (products of two stay finite).
-std::vector<uint8_t> input(const Case& c, size_t count, std::mt19937& rng) {
+// Whether the case takes the mailboxes: all it posts fits, and (more than 2 ranks) it sends
+// one block per peer (not a reduce, whose root alone would wait, nor an allreduce).
+bool fitsMailboxes(const Case& c, int nranks) {
+  return c.count * dtypeSize(c.dtype) * static_cast<size_t>(nranks - 1) <= 16384 &&
+         (nranks == 2 || (!rooted(c.kind) && c.kind != Kind::kAllReduce));
+}
+
+// Random bits, but finite floats. Two ranks: of moderate size (products of two stay finite).
+// More: +-1/2, 1 or 2, whose sums, averages and products over up to 4 ranks are exact in every
+// float format, so the result does not depend on the order the path reduces in (the mailboxes
+// go in rank order, the chunk protocol's schedules another way).
+std::vector<uint8_t> input(const Case& c, size_t count, int nranks, std::mt19937& rng) {
   const size_t bytes = count * dtypeSize(c.dtype);
   std::vector<uint8_t> v(bytes);
   for (size_t i = 0; i < bytes; ++i)
     v[i] = static_cast<uint8_t>(rng());
   if (c.dtype == GS_FLOAT32 || c.dtype == GS_FLOAT64 || c.dtype == GS_FLOAT16 ||
       c.dtype == GS_BFLOAT16) {
-    for (size_t i = 0; i < count; ++i)
-      support::storeElement(v.data(), c.dtype, i,
-                            static_cast<double>(static_cast<int>(rng() % 2001) - 1000) / 7.0);
+    static const double kExact[] = {-2.0, -1.0, -0.5, 0.5, 1.0, 2.0};
+    for (size_t i = 0; i < count; ++i) {
+      const double x = nranks == 2
+                           ? static_cast<double>(static_cast<int>(rng() % 2001) - 1000) / 7.0
+                           : kExact[rng() % 6];
+      support::storeElement(v.data(), c.dtype, i, x);
+    }
   }
   return v;
 }
 
-// Runs one case on `rank`, in place or not; the bytes its result consists of (nothing for a
-// reduce's non-root, whose receive buffer the call leaves alone).
+// Runs one case on `rank` of `nranks`, in place or not; the bytes its result consists of
+// (nothing for a reduce's non-root, whose receive buffer the call leaves alone).
 gs_status_t runCase(const Case& c,
                     int rank,
+                    int nranks,
                     gs_comm_t comm,
                     bool inPlace,
                     std::mt19937& rng,
                     std::vector<uint8_t>* result) {
   const size_t block = c.count * dtypeSize(c.dtype);
   const size_t own = static_cast<size_t>(rank) * block;
+  const auto n = static_cast<size_t>(nranks);
   switch (c.kind) {
     case Kind::kAllReduce:
     case Kind::kReduceRoot0:
     case Kind::kReduceRoot1: {
-      std::vector<uint8_t> send = input(c, c.count, rng), recv(block, 0xee);
+      std::vector<uint8_t> send = input(c, c.count, nranks, rng), recv(block, 0xee);
       void* dst = inPlace ? send.data() : recv.data();
       const int root = c.kind == Kind::kReduceRoot1 ? 1 : 0;
       const gs_status_t s =
@@ -108,7 +134,7 @@ gs_status_t runCase(const Case& c,
       return s;
     }
     case Kind::kReduceScatter: {
-      std::vector<uint8_t> send = input(c, 2 * c.count, rng), recv(block, 0xee);
+      std::vector<uint8_t> send = input(c, n * c.count, nranks, rng), recv(block, 0xee);
       uint8_t* dst = inPlace ? send.data() + own : recv.data();
       const gs_status_t s =
           gs_reduce_scatter(send.data(), dst, c.count, c.dtype, c.op, comm, nullptr);
@@ -116,7 +142,7 @@ gs_status_t runCase(const Case& c,
       return s;
     }
     case Kind::kAllGather: {
-      std::vector<uint8_t> mine = input(c, c.count, rng), recv(2 * block, 0xee);
+      std::vector<uint8_t> mine = input(c, c.count, nranks, rng), recv(n * block, 0xee);
       if (inPlace)
         std::memcpy(recv.data() + own, mine.data(), block);
       const gs_status_t s = gs_allgather(inPlace ? recv.data() + own : mine.data(), recv.data(),
@@ -125,35 +151,37 @@ gs_status_t runCase(const Case& c,
       return s;
     }
     case Kind::kAllToAll: {
-      std::vector<uint8_t> send = input(c, 2 * c.count, rng), recv(2 * block, 0xee);
+      std::vector<uint8_t> send = input(c, n * c.count, nranks, rng), recv(n * block, 0xee);
       uint8_t* dst = inPlace ? send.data() : recv.data();
       const gs_status_t s = gs_alltoall(send.data(), dst, c.count, c.dtype, comm, nullptr);
-      result->assign(dst, dst + 2 * block);
+      result->assign(dst, dst + n * block);
       return s;
     }
   }
   return GS_ERR_INTERNAL;
 }
 
-// Every case, on both ranks, in place for odd case numbers: rank r's results, concatenated,
+// Every case, on every rank, in place for odd case numbers: rank r's results, concatenated,
 // and the algorithm each call reported.
 struct Outcome {
-  std::vector<uint8_t> bytes[2];
-  std::vector<std::string> algorithms[2];
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<std::vector<std::string>> algorithms;
 };
 
-Outcome runCases(const char* smallBytes) {
+Outcome runCases(int nranks, const char* smallBytes) {
   SmallBytesSetting setting(smallBytes);
   RankOptions o;
   o.transport = "shm";
   Outcome out;
+  out.bytes.resize(nranks);
+  out.algorithms.resize(nranks);
   Failures f;
-  runRanks(2, o, [&](int rank, gs_comm_t comm) {
+  runRanks(nranks, o, [&](int rank, gs_comm_t comm) {
     std::mt19937 rng(1234 + rank);
     size_t index = 0;
-    for (const Case& c : cases()) {
+    for (const Case& c : cases(nranks)) {
       std::vector<uint8_t> result;
-      if (runCase(c, rank, comm, index++ % 2 == 1, rng, &result) != GS_OK) {
+      if (runCase(c, rank, nranks, comm, index++ % 2 == 1, rng, &result) != GS_OK) {
         f.add(std::string(kindName(c.kind)) + ": " + gs_last_error());
         return;
       }
@@ -165,24 +193,34 @@ Outcome runCases(const char* smallBytes) {
   return out;
 }
 
-TEST(SmallExchange, GivesTheChunkProtocolsBitsForEveryCollectiveDtypeOpAndSize) {
-  const Outcome small = runCases("16384");
-  const Outcome chunked = runCases("0");
-  const std::vector<Case> all = cases();
-  ASSERT_EQ(small.algorithms[0].size(), all.size());
-  ASSERT_EQ(chunked.algorithms[0].size(), all.size());
-  for (size_t k = 0; k < all.size(); ++k) {
-    const bool fits = all[k].count * dtypeSize(all[k].dtype) <= 16384;
-    for (int r = 0; r < 2; ++r) {
-      EXPECT_EQ(small.algorithms[r][k] == "small_exchange", fits)
-          << kindName(all[k].kind) << ", case " << k << " rank " << r;
+// The mailbox path gives exactly what the chunks give, on every rank (the replicated
+// collectives' ranks agree with each other: checked by the reference test suites), and is
+// taken exactly where the call fits.
+void expectSameBitsAsTheChunks(int nranks) {
+  const Outcome small = runCases(nranks, "16384");
+  const Outcome chunked = runCases(nranks, "0");
+  const std::vector<Case> all = cases(nranks);
+  for (int r = 0; r < nranks; ++r) {
+    ASSERT_EQ(small.algorithms[r].size(), all.size()) << "rank " << r;
+    ASSERT_EQ(chunked.algorithms[r].size(), all.size()) << "rank " << r;
+    for (size_t k = 0; k < all.size(); ++k) {
+      EXPECT_EQ(small.algorithms[r][k] == "small_exchange", fitsMailboxes(all[k], nranks))
+          << kindName(all[k].kind) << ", case " << k << " rank " << r << " of " << nranks;
       EXPECT_NE(chunked.algorithms[r][k], "small_exchange") << "case " << k << " rank " << r;
     }
+    EXPECT_EQ(small.bytes[r], chunked.bytes[r]) << "rank " << r << " of " << nranks;
   }
-  // The mailbox path gives exactly what the chunks give, on both ranks (which agree where they
-  // hold the same result: the replicated collectives; checked by the reference test suites).
-  EXPECT_EQ(small.bytes[0], chunked.bytes[0]);
-  EXPECT_EQ(small.bytes[1], chunked.bytes[1]);
+}
+
+TEST(SmallExchange, GivesTheChunkProtocolsBitsForEveryCollectiveDtypeOpAndSize) {
+  expectSameBitsAsTheChunks(2);
+}
+
+// More ranks post a block to every peer's mailbox and wait for all of theirs (reduce-scatter
+// reduces in rank order); reduce and allreduce keep the chunks.
+TEST(SmallExchange, ThreeAndFourRanksGiveTheChunkProtocolsBits) {
+  expectSameBitsAsTheChunks(3);
+  expectSameBitsAsTheChunks(4);
 }
 
 // Both ranks run body(rank, comm); each call's status and message, and how long it all took.
@@ -285,6 +323,71 @@ TEST(SmallExchange, APeerThatNeverCallsTimesOutNamingItAndLearnsOfIt) {
             std::string::npos)
       << m.message[1];
   EXPECT_LT(m.seconds, 10.0);
+}
+
+// Three ranks, one of which calls differently or late: every rank fails, promptly, and those
+// that were right name the odd one.
+struct GroupOutcome {
+  std::vector<gs_status_t> status;
+  std::vector<std::string> message;
+  double seconds = 0;
+};
+
+GroupOutcome runGroup(int nranks,
+                      int64_t timeoutMs,
+                      const std::function<gs_status_t(int, gs_comm_t)>& body) {
+  RankOptions o;
+  o.transport = "shm";
+  o.timeoutMs = timeoutMs;
+  GroupOutcome g;
+  g.status.assign(nranks, GS_OK);
+  g.message.resize(nranks);
+  const auto start = std::chrono::steady_clock::now();
+  runRanks(nranks, o, [&](int rank, gs_comm_t comm) {
+    g.status[rank] = body(rank, comm);
+    g.message[rank] = gs_last_error();
+  });
+  g.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return g;
+}
+
+TEST(SmallExchange, AThirdRankThatCallsDifferentlyFailsEveryRankNamingIt) {
+  const GroupOutcome g = runGroup(3, 20000, [](int rank, gs_comm_t comm) {
+    float v[3] = {1, 2, 3}, out[9];
+    return gs_allgather(v, out, rank == 2 ? 3 : 2, GS_FLOAT32, comm, nullptr);
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(g.status[r] == GS_ERR_INVALID_ARGUMENT || g.status[r] == GS_ERR_REMOTE)
+        << "rank " << r << ": " << gs_status_string(g.status[r]) << " " << g.message[r];
+  }
+  // Ranks 0 and 1 find rank 2's count in its mailbox, or learn of it from each other or from
+  // rank 2 (its own words: "rank 0 called with 2, rank 2 with 3").
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(g.status[r], GS_ERR_INVALID_ARGUMENT) << "rank " << r << ": " << g.message[r];
+    EXPECT_NE(g.message[r].find("count differs between ranks"), std::string::npos)
+        << "rank " << r << ": " << g.message[r];
+    EXPECT_NE(g.message[r].find("rank 2"), std::string::npos)
+        << "rank " << r << ": " << g.message[r];
+  }
+  EXPECT_LT(g.seconds, 4.0);
+}
+
+TEST(SmallExchange, AThirdRankThatNeverCallsTimesOutTheOthersNamingIt) {
+  const GroupOutcome g = runGroup(3, 1000, [](int rank, gs_comm_t comm) {
+    float v[6] = {1, 2, 3, 4, 5, 6}, out[6];
+    if (rank == 2)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // past the others' timeout
+    return gs_alltoall(v, out, 2, GS_FLOAT32, comm, nullptr);
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(g.status[r], GS_ERR_TIMEOUT) << "rank " << r << ": " << g.message[r];
+    EXPECT_NE(g.message[r].find("rank 2 sent nothing"), std::string::npos)
+        << "rank " << r << ": " << g.message[r];
+  }
+  // Rank 2 comes late and learns that the others gave up on it, instead of waiting a timeout.
+  EXPECT_NE(g.status[2], GS_OK) << g.message[2];
+  EXPECT_NE(g.message[2].find("reported this rank at fault"), std::string::npos) << g.message[2];
+  EXPECT_LT(g.seconds, 10.0);
 }
 
 }  // namespace
