@@ -244,7 +244,8 @@ TEST(ShmTransport, OnlyAllocatedRegionsAreWritableAndSendsAreBounded) {
 
 // The small-exchange mailboxes: exchanges alternate between two boxes per direction, a poll
 // before the peer posted finds nothing, a length past the box (a misbehaving peer) fails the
-// connection naming it instead of reading beyond, and a failure flag reaches a waiting peer.
+// connection naming it instead of reading beyond, and a failure flag reaches a waiting peer
+// (with the peer's part, when that came first).
 TEST(ShmTransport, SmallExchangesAlternateMailboxesAndRefuseOversizedOnes) {
   {
     auto ranks = connectRanks("shm", 2);
@@ -281,6 +282,20 @@ TEST(ShmTransport, SmallExchangesAlternateMailboxesAndRefuseOversizedOnes) {
     SmallArrival got;
     ranks[0].peers[1]->postSmallFailure();
     EXPECT_EQ(ranks[1].peers[0]->pollSmall(1, &got), SmallPoll::kPeerFailed);
+    EXPECT_EQ(got.data, nullptr) << "nothing was posted";
+  }
+  {
+    // The peer posted its part, then failed: the flag decides, and the part is described (a
+    // mismatch the caller finds in it is the cause).
+    auto ranks = connectRanks("shm", 2);
+    SmallArrival got;
+    const uint8_t part[3] = {1, 2, 3};
+    ranks[0].peers[1]->postSmall(1, 77, part, 3);
+    ranks[0].peers[1]->postSmallFailure();
+    EXPECT_EQ(ranks[1].peers[0]->pollSmall(1, &got), SmallPoll::kPeerFailed);
+    ASSERT_NE(got.data, nullptr);
+    EXPECT_EQ(got.tag, 77u);
+    EXPECT_EQ(got.bytes, 3u);
   }
 }
 
