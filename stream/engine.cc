@@ -326,8 +326,10 @@ void Engine::stayHome(Clock::time_point now) {
   constexpr auto kHomeCheckPeriod = std::chrono::milliseconds(1);
   nextHomeCheck_ = now + kHomeCheckPeriod;
   const int home = homeCpuOfCallingThread(homeCpuSlot_);
-  if (home >= 0 && sched_getcpu() != home)
-    placeCallingThread(homeCpuSlot_);
+  if (home >= 0 && sched_getcpu() != home && placeCallingThread(homeCpuSlot_) == -2) {
+    GS_LOG_WARN("rank %d: its CPUs changed while it was moved to CPU %d; it stays there", rank_,
+                home);
+  }
 }
 
 void Engine::waitForActivity(std::chrono::microseconds maxWait) {
