@@ -325,8 +325,10 @@ void Engine::Run::checkPeerNotInSmallExchange() {
   for (const LinkRun& lr : links) {
     Link& link = *lr.link;
     // A peer that sent all this call expects from it may have finished the call and gone on
-    // to a small one (more than two ranks: this rank still waits for others).
+    // to a small one (more than two ranks: this rank still waits for a third, for its chunks or
+    // for what processing the peer's next chunk, already here, depends on).
     if (lr.processed >= lr.queues->recvs.size() ||
+        link.arrivedBytes[link.slotOf(lr.recvBase + lr.processed)] != Link::kNotArrived ||
         link.connection().peerSmallSequence() <= link.smallSequence)
       continue;
     // The peer posted its small exchange after every chunk of its previous call: once a round
