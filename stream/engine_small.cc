@@ -173,11 +173,12 @@ void Engine::runSmall(const CollectiveArgs& args, uint32_t id, uint64_t startNs)
     GS_CHECK(linkMaker_, Errc::kInternal, "no connection to rank %d for a small %s",
              missing.front(), collectiveName(args.kind));
     linkMaker_(missing);
-  }
-  for (int p = 0; p < nranks_; ++p) {
-    GS_CHECK(p == rank_ || (links_[p] != nullptr && links_[p]->connected() &&
-                            links_[p]->connection().smallExchangeBytes() >= bytes),
-             Errc::kInternal, "the link to rank %d has no %u-byte mailbox", p, bytes);
+    // Links made now are shm like the others (setSmallExchangeGroup); checked once, here.
+    for (int p : missing) {
+      GS_CHECK(links_[p] != nullptr && links_[p]->connected() &&
+                   links_[p]->connection().smallExchangeBytes() >= bytes,
+               Errc::kInternal, "the link to rank %d has no %u-byte mailbox", p, bytes);
+    }
   }
   // Blocks of a reduce-scatter's or all-to-all's send buffer, of an allgather's or all-to-all's
   // receive buffer, by rank.
