@@ -88,8 +88,8 @@ gs_status_t gs_comm_split(
     GS_ARG(out_comm != nullptr, "out_comm is NULL");
     *out_comm = nullptr;
     // No config: the child runs with the parent's settings (NCCL's ncclCommSplit likewise).
-    const gs::Config cfg = config != nullptr ? makeConfig(config) : parent.config();
-    auto child = parent.split(color, key, cfg);
+    auto child = parent.split(
+        color, key, [&] { return config != nullptr ? makeConfig(config) : parent.config(); });
     if (!child)
       return;  // GS_SPLIT_NOCOLOR
     auto handle = std::make_unique<gs_comm_s>();

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -155,9 +156,11 @@ class Communicator {
 
   /// gs_comm_split: collective over this communicator. Ranks passing one color (>= 0) form a
   /// new communicator, ranked by key then by rank here; color -1 (GS_SPLIT_NOCOLOR) returns
-  /// null. Its rendezvous is opened by the group's first member on the address this rank's
-  /// links listen on; no unique id is needed. Links are new (the child's own).
-  std::unique_ptr<Communicator> split(int color, int key, const Config& config);
+  /// null. The members' records travel over this communicator (no rendezvous server, no unique
+  /// id); the child's links and devices are its own.
+  /// `config` gives the member's settings; it runs inside the split, so a member whose settings
+  /// are refused still takes part and the others fail naming it rather than waiting for it.
+  std::unique_ptr<Communicator> split(int color, int key, const std::function<Config()>& config);
 
   void abort();
   const stream::CollectiveStats& lastStats() const { return engine_->lastStats(); }
@@ -178,11 +181,21 @@ class Communicator {
 
   // ---- joining (communicator_connect.cc), the steps of connect() in the order they run ----
   struct LinkPlan;  // which device carries the link to each peer
-  /// Rendezvous, devices, links, cost model, metrics, engine: everything create() promises.
+  /// A communicator with its settings and codec checked, joined to nothing yet (create() and
+  /// split() then join it).
+  static std::unique_ptr<Communicator> unconnected(int nranks, int rank, const Config& config);
+  /// Rendezvous at `id`'s server: devices, records through the server, then join().
   void connect(const UniqueId& id);
+  /// This rank's record for the others: who it is, the settings all must share, and its
+  /// devices' addresses (openDevices first).
+  PeerInfo ownRecord() const;
+  /// Links, cost model, metrics, engine from every rank's record (parsed and checked): the
+  /// rest of what create() promises.
+  void join(Deadline deadline, const std::vector<PeerInfo>& infos);
   /// Opens the network device (and the shm device next to it, when wanted), listening where the
   /// other ranks can reach this one. Returns the options they were opened with.
-  transport::DeviceOptions openDevices(const UniqueId& id, const std::string& addressReachingRank0);
+  transport::DeviceOptions openDevices(const Secret& secret,
+                                       const std::string& addressReachingRank0);
   /// Topology from the ranks' host names, the algorithms GS_ALGO allows on it, and the peers
   /// their schedules use (the same on every rank: all computed from every record).
   std::set<int> chooseSchedules(const std::vector<PeerInfo>& infos);
@@ -209,8 +222,13 @@ class Communicator {
   /// matching ones at the same point, as at creation (connectPeerLinks).
   void linkLater(const std::vector<int>& peers);
 
-  /// An int32 allgather over this communicator (split's two rounds).
+  /// An int32 allgather over this communicator (split's rounds).
   std::vector<int32_t> allgatherInts(std::vector<int32_t> mine);
+  /// Every rank's byte string over this communicator, its length known from a previous
+  /// allgatherInts (each <= kMaxRendezvousPayload, empty allowed): the strings padded to the
+  /// longest. A length out of bounds (bytes from a peer) throws kRemote naming its rank.
+  std::vector<std::vector<uint8_t>> allgatherPadded(std::span<const uint8_t> mine,
+                                                    const std::vector<int32_t>& lengths);
 
   // ---- running collectives (communicator.cc) ----
   // ---- point-to-point (communicator_messages.cc) ----

@@ -59,21 +59,15 @@ PeerInfo ownRecord(const Config& config,
   return mine;
 }
 
-/// Publishes `mine` and returns every rank's record, parsed, each checked against `mine`.
+/// Publishes `mine` through the rendezvous and returns every rank's record, parsed and checked.
 std::vector<PeerInfo> exchangeRecords(BootstrapClient& bootstrap,
                                       const PeerInfo& mine,
                                       const Config& config) {
-  const int rank = bootstrap.rank(), nranks = bootstrap.nranks();
-  auto records = bootstrap.allgather(mine.serialize(),
-                                     Deadline::afterMs(config.timeoutMs + kRendezvousGraceMs));
-  GS_CHECK(records.size() == static_cast<size_t>(nranks), Errc::kRemote,
-           "rendezvous returned %zu records for %d ranks", records.size(), nranks);
-  std::vector<PeerInfo> infos(nranks);
-  for (int r = 0; r < nranks; ++r) {
-    infos[r] = PeerInfo::parse(records[r], r);
-    checkCompatible(mine, infos[r], rank, r);
-  }
-  return infos;
+  const auto records = bootstrap.allgather(
+      mine.serialize(), Deadline::afterMs(config.timeoutMs + kRendezvousGraceMs));
+  GS_CHECK(records.size() == static_cast<size_t>(bootstrap.nranks()), Errc::kRemote,
+           "rendezvous returned %zu records for %d ranks", records.size(), bootstrap.nranks());
+  return parseRecords(records, mine, bootstrap.rank());
 }
 
 std::vector<TransportEndpoint> transportEndpoints(const std::vector<PeerInfo>& infos) {
@@ -107,6 +101,14 @@ std::unique_ptr<Communicator> Communicator::create(int nranks,
                                                    const UniqueId& id,
                                                    int rank,
                                                    const Config& config) {
+  std::unique_ptr<Communicator> comm = unconnected(nranks, rank, config);
+  comm->connect(id);
+  return comm;
+}
+
+std::unique_ptr<Communicator> Communicator::unconnected(int nranks,
+                                                        int rank,
+                                                        const Config& config) {
   GS_CHECK(nranks >= 1, Errc::kInvalidArgument, "nranks %d must be >= 1", nranks);
   GS_CHECK(rank >= 0 && rank < nranks, Errc::kInvalidArgument, "rank %d out of range [0, %d)", rank,
            nranks);
@@ -119,16 +121,21 @@ std::unique_ptr<Communicator> Communicator::create(int nranks,
     if (spec.id != format::CodecId::kRaw)
       comm->codec_ = codecs::makeCodec(spec);
   }
-  comm->connect(id);
   return comm;
 }
 
 void Communicator::connect(const UniqueId& id) {
   const Deadline deadline = Deadline::afterMs(config_.timeoutMs);
   BootstrapClient bootstrap = BootstrapClient::connect(id, rank_, nranks_, deadline);
-  const transport::DeviceOptions options = openDevices(id, bootstrap.localAddress());
-  const std::vector<PeerInfo> infos = exchangeRecords(
-      bootstrap, ownRecord(config_, networkTransport_, *device_, shmDevice_.get()), config_);
+  openDevices(id.secret, bootstrap.localAddress());
+  join(deadline, exchangeRecords(bootstrap, ownRecord(), config_));
+}
+
+PeerInfo Communicator::ownRecord() const {
+  return control::ownRecord(config_, networkTransport_, *device_, shmDevice_.get());
+}
+
+void Communicator::join(Deadline deadline, const std::vector<PeerInfo>& infos) {
   // Peers are known only now (the hierarchical schedule's depend on the hosts): links are made
   // after the rendezvous and swap their slot keys over their own connections.
   transports_ = transportEndpoints(infos);
@@ -138,23 +145,23 @@ void Communicator::connect(const UniqueId& id) {
   const LinkPlan plan = planLinks(infos, chooseSchedules(infos));
   links_ = connectPeerLinks(nranks_, plan.endpoints, slotLayout(), deadline);
   setUpCostModel(infos);
-  startEngine(infos, plan, startMetrics(infos, plan, options.bindAddress));
-  logReady(plan, options.bindAddress);
+  startEngine(infos, plan, startMetrics(infos, plan, bindAddress_));
+  logReady(plan, bindAddress_);
 }
 
-transport::DeviceOptions Communicator::openDevices(const UniqueId& id,
+transport::DeviceOptions Communicator::openDevices(const Secret& secret,
                                                    const std::string& addressReachingRank0) {
   networkTransport_ = transport::resolveTransportName(config_.transport, config_);
   transport::DeviceOptions options;
   options.rank = rank_;
   options.nranks = nranks_;
-  options.secret = id.secret;
+  options.secret = secret;
   // Listen where the other ranks can reach us: GS_SOCKET_IFNAME's address when set, else the
   // local address that reached rank 0 (loopback when rank 0 is on loopback).
   options.bindAddress =
       config_.socketIfname.empty() ? addressReachingRank0 : interfaceAddress(config_.socketIfname);
   bindAddress_ = options.bindAddress;
-  memcpy(&options.fabricId, id.secret.data(), sizeof(options.fabricId));
+  memcpy(&options.fabricId, secret.data(), sizeof(options.fabricId));
   options.config = config_;
   device_ = transport::createDevice(networkTransport_, options);
   shmDevice_ = openShmDevice(networkTransport_, options, shmState_);

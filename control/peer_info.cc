@@ -61,6 +61,17 @@ PeerInfo PeerInfo::parse(std::span<const uint8_t> bytes, int rank) {
   return p;
 }
 
+std::vector<PeerInfo> parseRecords(const std::vector<std::vector<uint8_t>>& records,
+                                   const PeerInfo& mine,
+                                   int myRank) {
+  std::vector<PeerInfo> infos(records.size());
+  for (size_t r = 0; r < records.size(); ++r) {
+    infos[r] = PeerInfo::parse(records[r], static_cast<int>(r));
+    checkCompatible(mine, infos[r], myRank, static_cast<int>(r));
+  }
+  return infos;
+}
+
 void checkCompatible(const PeerInfo& mine, const PeerInfo& theirs, int myRank, int theirRank) {
   GS_CHECK(
       mine.transport == theirs.transport, Errc::kInvalidArgument,

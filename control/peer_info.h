@@ -32,6 +32,13 @@ struct PeerInfo {
   static PeerInfo parse(std::span<const uint8_t> bytes, int rank);
 };
 
+/// Every rank's record (indexed by rank, as the rendezvous or a parent's allgather returned
+/// them), parsed and each checked against `mine` (this is rank `myRank`). Throws as parse()
+/// and checkCompatible() do, naming the rank.
+std::vector<PeerInfo> parseRecords(const std::vector<std::vector<uint8_t>>& records,
+                                   const PeerInfo& mine,
+                                   int myRank);
+
 /// Settings every rank must share, or collectives would not match chunk for chunk. Throws
 /// kInvalidArgument naming both ranks and the setting.
 void checkCompatible(const PeerInfo& mine, const PeerInfo& theirs, int myRank, int theirRank);

@@ -126,6 +126,43 @@ TEST(CommSplitErrors, ABadColorFailsOnEveryRankNamingIt) {
   }
 }
 
+// The members' records travel over the parent: a setting the members disagree on fails every
+// member naming both ranks, a member whose settings are refused (or that cannot open its
+// devices) fails the others naming it, and the parent goes on working either way. (Settings the
+// rdma VM's environment overrides, such as the transport, would not fail there.)
+TEST(CommSplitErrors, MembersThatCannotJoinFailTheirGroupNamingThemAndTheParentGoesOn) {
+  const int n = 4;
+  std::vector<std::string> errors(n), parentAfter(n);
+  std::vector<gs_status_t> status(n);
+  runRanks(n, RankOptions{"tcp"}, [&](int rank, gs_comm_t parent) {
+    gs_config_t cfg;
+    gs_config_init(&cfg);
+    if (rank == 1)
+      cfg.chunk_bytes = 64 << 10;  // color 0 (ranks 0, 1) disagrees on the chunk size
+    if (rank == 3)
+      cfg.slots_per_peer = 1;  // color 1 (ranks 2, 3): rank 3's settings are refused
+    gs_comm_t child = nullptr;
+    status[rank] = gs_comm_split(parent, rank / 2, 0, &cfg, &child);
+    errors[rank] = gs_last_error();
+    if (child != nullptr)
+      gs_comm_destroy(child);
+    int64_t sum = 0;
+    if (!sumOf(parent, 1, &sum) || sum != n)
+      parentAfter[rank] = std::string("parent after the failed split: ") + gs_last_error();
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_NE(status[r], GS_OK) << "rank " << r;
+    EXPECT_EQ(parentAfter[r], "") << "rank " << r;
+  }
+  for (int r : {0, 1}) {
+    EXPECT_EQ(status[r], GS_ERR_INVALID_ARGUMENT) << errors[r];
+    EXPECT_NE(errors[r].find("chunk_bytes"), std::string::npos) << errors[r];
+  }
+  EXPECT_NE(errors[2].find("rank 3 could not join the new communicator"), std::string::npos)
+      << errors[2];
+  EXPECT_NE(errors[3].find("slots_per_peer 1"), std::string::npos) << errors[3];
+}
+
 TEST(CommSplitErrors, NullArguments) {
   gs_comm_t out = nullptr;
   EXPECT_EQ(gs_comm_split(nullptr, 0, 0, nullptr, &out), GS_ERR_INVALID_ARGUMENT);
