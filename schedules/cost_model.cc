@@ -52,6 +52,16 @@ double recursiveDoubling(int g, double bytes, const LinkCost& link, const CostMo
   return t;
 }
 
+// Two ranks, raw: the ring is halving-doubling's two rounds of halves (the same moves, priced
+// alike; ties go to the ring), and up to kExchangeMaxBytes the engine runs it as one exchange
+// of the whole buffer, priced as those two rounds less one round's latency: measured, the
+// exchange's extra reduction costs no more than the round it saves up to that size
+// (schedule.h). Recursive doubling at two ranks is that exchange too.
+double twoRanksUncompressed(double bytes, const LinkCost& link, const CostModel& m) {
+  const double halves = halvingDoubling(2, bytes, link, m);
+  return bytes <= static_cast<double>(kExchangeMaxBytes) ? halves - link.alphaSeconds : halves;
+}
+
 // Pipelined ring phase over g members: (g-1) rounds of bytes/g, each hop able to start after
 // one chunk of the previous one.
 double ringPhase(int g, double bytes, double wireRatio, const LinkCost& link, const CostModel& m) {
@@ -91,9 +101,8 @@ double predictAllReduceSeconds(Algorithm algo,
   const double reduce = bytes * m.gammaSecondsPerByte;
   switch (algo) {
     case Algorithm::kRing:
-      // Two ranks, small and uncompressed: the engine runs one exchange of the whole buffer.
-      if (n == 2 && bytes <= static_cast<double>(kExchangeMaxBytes) && m.codecRatio == 1.0)
-        return slow.alphaSeconds + bytes * slow.betaSecondsPerByte + reduce;
+      if (n == 2 && m.codecRatio == 1.0)
+        return twoRanksUncompressed(bytes, slow, m);
       return ringPhase(n, bytes, m.codecRatio, slow, m) +
              ringPhase(n, bytes, m.codecRatio, slow, m) + (n - 1.0) / n * reduce;
     case Algorithm::kTree: {
@@ -111,6 +120,8 @@ double predictAllReduceSeconds(Algorithm algo,
       // Its rounds travel raw: a call with a codec asked for compression, which the others give.
       if (m.codecRatio != 1.0)
         return std::numeric_limits<double>::infinity();
+      if (n == 2 && bytes <= static_cast<double>(kExchangeMaxBytes))
+        return twoRanksUncompressed(bytes, slow, m);  // the same exchange as the ring's
       return recursiveDoubling(n, bytes, slow, m);
     case Algorithm::kHierarchical: {
       if (!topology.uniform())

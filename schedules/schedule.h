@@ -110,10 +110,12 @@ BufferRange ringSegment(BufferId buffer, size_t count, int n, int j);
 Schedule ringAllReduce(int rank, int nranks, size_t count);
 /// Uncompressed 2-rank ring allreduces up to this size run as one exchange (the 2-rank
 /// recursiveDoublingAllReduce: both ranks send the whole buffer and reduce locally, one round
-/// of messages instead of the ring's two): at 64 KiB a round trip over loopback tcp costs about
-/// as much as moving the bytes twice (gradstream-perf, 2 ranks). The cost model prices the
-/// ring so.
-inline constexpr size_t kExchangeMaxBytes = 64 << 10;
+/// of messages instead of the ring's two). Measured (gradstream-perf --ranks 2 --inplace, every
+/// GS_ALGO, docs/PERFORMANCE.md): the exchange is 8-15 % faster than the two-round schedules at
+/// 128-256 KiB over tcp and shm, level at 512 KiB, 5-20 % slower from 1 MiB (where the
+/// gathering half moves fewer bytes than the exchange's extra reduction). The cost model prices
+/// the ring so.
+inline constexpr size_t kExchangeMaxBytes = 256 << 10;
 /// Ring reduce-scatter of N blocks of `count` elements each; rank r ends with block r.
 Schedule ringReduceScatter(int rank, int nranks, size_t count);
 /// Ring allgather of one block of `count` elements per rank.

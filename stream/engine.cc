@@ -105,6 +105,9 @@ void Engine::setLinkCodec(int peer, const codecs::Codec* codec) {
 
 namespace {
 constexpr size_t kPreparedCapacity = 16;
+// codec=auto compresses calls above this size only: below it a round trip, not the bytes, is
+// what a call costs, so a lossy rung would lose precision for nothing.
+constexpr size_t kAdaptiveMinBytes = 64 << 10;
 }  // namespace
 
 Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
@@ -118,17 +121,18 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
   p->key = args;
   p->chunkBytes = chunkBytes_;
   const size_t esize = elementSize(args.dtype);
-  // One round of messages beats the ring's two while latency, not bandwidth, dominates.
-  // (Raw only: with a lossy codec each rank would reduce its own exact value with the peer's
-  // decoded one, and replicas would differ.)
-  const bool latencyBound = args.codec == nullptr && args.count * esize <= kExchangeMaxBytes;
+  const size_t bytes = args.count * esize;
   // codec=auto leaves latency-bound collectives raw (their round trip, not bytes, is the cost).
-  p->adaptive = args.adaptive && args.codec == nullptr && !latencyBound;
+  p->adaptive = args.adaptive && args.codec == nullptr && bytes > kAdaptiveMinBytes;
+  // A 2-rank ring allreduce up to kExchangeMaxBytes is one round of messages. (Raw only: with a
+  // lossy codec each rank would reduce its own exact value with the peer's decoded one, and
+  // replicas would differ; nor while codec=auto may pick a lossy rung.)
+  const bool exchange = args.codec == nullptr && !p->adaptive && bytes <= kExchangeMaxBytes;
   if (args.kind == CollectiveKind::kAllReduce) {
     GS_CHECK(args.residual == nullptr || args.algorithm == Algorithm::kRing, Errc::kInvalidArgument,
              "error feedback needs the ring allreduce, not %s", algorithmName(args.algorithm));
-    p->schedule = buildAllReduce(args.algorithm, rank_, topology_, args.count, latencyBound);
-    p->algorithm = args.algorithm == Algorithm::kRing && latencyBound && nranks_ == 2
+    p->schedule = buildAllReduce(args.algorithm, rank_, topology_, args.count, exchange);
+    p->algorithm = args.algorithm == Algorithm::kRing && exchange && nranks_ == 2
                        ? "exchange"
                        : algorithmName(args.algorithm);
   } else if (args.kind == CollectiveKind::kReduce) {
@@ -140,7 +144,7 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
         args.layout != nullptr ? *args.layout : AllToAllLayout::uniform(nranks_, args.count));
     p->algorithm = "pairwise";
   } else {
-    p->schedule = buildSchedule(args.kind, rank_, nranks_, args.root, args.count, latencyBound);
+    p->schedule = buildSchedule(args.kind, rank_, nranks_, args.root, args.count, exchange);
     p->algorithm = args.kind == CollectiveKind::kBroadcast ? "chain" : "ring";
   }
   const auto* send = static_cast<const uint8_t*>(args.send);

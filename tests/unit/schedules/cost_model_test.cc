@@ -36,6 +36,31 @@ TEST(CostModel, TwoRanksSmallUncompressedTakeTheOneRoundExchange) {
             1.5 * m.intraHost.alphaSeconds);
 }
 
+TEST(CostModel, TwoRanksUncompressedTakeTheExchangeUpToItsLimitThenTheRing) {
+  // The exchange up to kExchangeMaxBytes (the engine runs the 2-rank ring as it then), above it
+  // the ring and halving-doubling are the same two rounds of halves, priced alike; the tie
+  // goes to the ring. Recursive doubling's whole-buffer rounds cost more from there.
+  const Topology two = Topology::blocks(2, 2);
+  for (const char* transport : {"shm", "tcp"}) {
+    CostModel m;
+    m.intraHost = CostModel::measured(transport);
+    const double limit = static_cast<double>(kExchangeMaxBytes);
+    EXPECT_EQ(cheapestAllReduce(two, limit, m), Algorithm::kRing) << transport;
+    EXPECT_LT(predictAllReduceSeconds(Algorithm::kRing, two, limit, m),
+              predictAllReduceSeconds(Algorithm::kHalvingDoubling, two, limit, m))
+        << transport;
+    for (double bytes : {limit + 4, 1.0 * (1 << 20), 64.0 * (1 << 20)}) {
+      EXPECT_EQ(predictAllReduceSeconds(Algorithm::kRing, two, bytes, m),
+                predictAllReduceSeconds(Algorithm::kHalvingDoubling, two, bytes, m))
+          << transport << " " << bytes;
+      EXPECT_GT(predictAllReduceSeconds(Algorithm::kRecursiveDoubling, two, bytes, m),
+                predictAllReduceSeconds(Algorithm::kRing, two, bytes, m))
+          << transport << " " << bytes;
+      EXPECT_EQ(cheapestAllReduce(two, bytes, m), Algorithm::kRing) << transport << " " << bytes;
+    }
+  }
+}
+
 TEST(CostModel, ManyRanksSmallMessagesAvoidTheRing) {
   const Topology big = Topology::blocks(1024, 8);
   const CostModel m = shmModel();

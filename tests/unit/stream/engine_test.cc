@@ -51,8 +51,9 @@ float inputOf(int rank, size_t i) {
 }
 
 TEST(Engine, AllReduceAcrossRanksOutOfPlaceAndInPlace) {
-  // 10007 floats (40 KB) takes the one-round exchange for N=2; 40009 (160 KB) the ring.
-  for (auto [n, count] : {std::pair<int, size_t>{2, 10007}, {2, 40009}, {3, 10007}, {4, 40009}}) {
+  // 10007 floats (40 KB) takes the one-round exchange for N=2; 80021 (320 KB) the ring.
+  static_assert(10007 * 4 <= kExchangeMaxBytes && 80021 * 4 > kExchangeMaxBytes);
+  for (auto [n, count] : {std::pair<int, size_t>{2, 10007}, {2, 80021}, {3, 10007}, {4, 40009}}) {
     Cluster cluster(n, testConfig());
     std::vector<std::vector<float>> send(n), recv(n), inplace(n);
     for (int r = 0; r < n; ++r) {
@@ -184,9 +185,10 @@ TEST(Engine, OtherCollectivesAndAverage) {
 // connection, exactly as a buggy or malicious peer could, then runs rank 0's allreduce.
 class HostilePeer : public ::testing::Test {
  protected:
-  // 128 KiB of floats: above the engine's 64 KiB one-round-exchange limit, so the ring runs and
-  // rank 0's first receive is step 0, chunk 0: 1024 floats (4096-byte chunks) of block 0.
-  static constexpr size_t kCount = 32768;
+  // 512 KiB of floats: above the engine's one-round-exchange limit, so the ring runs and rank
+  // 0's first receive is step 0, chunk 0: 1024 floats (4096-byte chunks) of block 0.
+  static constexpr size_t kCount = 131072;
+  static_assert(kCount * sizeof(float) > kExchangeMaxBytes);
   static constexpr uint32_t kFirstChunk = 1024;
   HostilePeer() : cluster(2, testConfig(2000)) {
     staging.assign(3 * 8192, 0);
