@@ -157,7 +157,7 @@ class Communicator {
   /// gs_comm_split: collective over this communicator. Ranks passing one color (>= 0) form a
   /// new communicator, ranked by key then by rank here; color -1 (GS_SPLIT_NOCOLOR) returns
   /// null. The members' records travel over this communicator (no rendezvous server, no unique
-  /// id); the child's links and devices are its own.
+  /// id); the child's links and devices are its own, each link made at its first use.
   /// `config` gives the member's settings; it runs inside the split, so a member whose settings
   /// are refused still takes part and the others fail naming it rather than waiting for it.
   std::unique_ptr<Communicator> split(int color, int key, const std::function<Config()>& config);
@@ -189,9 +189,13 @@ class Communicator {
   /// This rank's record for the others: who it is, the settings all must share, and its
   /// devices' addresses (openDevices first).
   PeerInfo ownRecord() const;
+  /// When join() connects the links its schedules use: at once (create(): a communicator whose
+  /// links cannot be made fails there), or when a call first needs each (split(): a group
+  /// nobody calls on costs no connections, slots or shared memory).
+  enum class Links { kNow, kAtFirstUse };
   /// Links, cost model, metrics, engine from every rank's record (parsed and checked): the
   /// rest of what create() promises.
-  void join(Deadline deadline, const std::vector<PeerInfo>& infos);
+  void join(Deadline deadline, const std::vector<PeerInfo>& infos, Links links = Links::kNow);
   /// Opens the network device (and the shm device next to it, when wanted), listening where the
   /// other ranks can reach this one. Returns the options they were opened with.
   transport::DeviceOptions openDevices(const Secret& secret,

@@ -135,7 +135,7 @@ PeerInfo Communicator::ownRecord() const {
   return control::ownRecord(config_, networkTransport_, *device_, shmDevice_.get());
 }
 
-void Communicator::join(Deadline deadline, const std::vector<PeerInfo>& infos) {
+void Communicator::join(Deadline deadline, const std::vector<PeerInfo>& infos, Links links) {
   // Peers are known only now (the hierarchical schedule's depend on the hosts): links are made
   // after the rendezvous and swap their slot keys over their own connections.
   transports_ = transportEndpoints(infos);
@@ -143,7 +143,13 @@ void Communicator::join(Deadline deadline, const std::vector<PeerInfo>& infos) {
   for (const PeerInfo& info : infos)
     networkAddresses_.push_back(info.address);
   const LinkPlan plan = planLinks(infos, chooseSchedules(infos));
-  links_ = connectPeerLinks(nranks_, plan.endpoints, slotLayout(), deadline);
+  if (links == Links::kNow) {
+    links_ = connectPeerLinks(nranks_, plan.endpoints, slotLayout(), deadline);
+  } else {
+    // Every rank of a call makes the links it needs at that call (linkLater), as for the peers
+    // only some schedules name; everything else here is planned for the links as if made.
+    links_.resize(static_cast<size_t>(nranks_));
+  }
   setUpCostModel(infos);
   startEngine(infos, plan, startMetrics(infos, plan, bindAddress_));
   logReady(plan, bindAddress_);

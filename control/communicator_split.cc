@@ -134,8 +134,8 @@ std::unique_ptr<Communicator> Communicator::split(int color,
   std::vector<std::vector<uint8_t>> theirs;
   for (int m : members)
     theirs.push_back(records[m]);
-  child->join(Deadline::afterMs(child->config_.timeoutMs),
-              parseRecords(theirs, mine, child->rank_));
+  child->join(Deadline::afterMs(child->config_.timeoutMs), parseRecords(theirs, mine, child->rank_),
+              Links::kAtFirstUse);
   return child;
 }
 

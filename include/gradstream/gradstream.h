@@ -172,11 +172,13 @@ GS_API gs_status_t gs_comm_abort(gs_comm_t comm);
 
 /**
  * Collective over comm: the ranks passing one color (>= 0) form a new communicator, ranked by
- * key, then by their rank in comm; GS_SPLIT_NOCOLOR gives *out_comm = NULL. No unique id is
- * needed: each group's first member opens its rendezvous on the address its links listen on,
- * and comm carries the id to the others. config NULL: the parent's settings. The child has
- * links of its own (not comm's) and is independent of comm afterwards (destroy either first).
- * A color below -1 on any rank fails the call on every rank, naming that rank.
+ * key, then by their rank in comm; GS_SPLIT_NOCOLOR gives *out_comm = NULL. No unique id and
+ * no rendezvous: comm carries the members' records (three allgathers over comm). config NULL:
+ * the parent's settings. The child has links of its own (not comm's), each made when a call of
+ * the child first needs it, and is independent of comm afterwards (destroy either first).
+ * A color below -1 on any rank, or a member whose settings are refused or whose devices cannot
+ * open, fails the call naming that rank (every rank for a bad color, its group otherwise); comm
+ * stays usable.
  */
 GS_API gs_status_t
 gs_comm_split(gs_comm_t comm, int color, int key, const gs_config_t* config, gs_comm_t* out_comm);

@@ -1,6 +1,10 @@
 // gs_comm_split: N ranks as threads over loopback, tcp and shm split by color into halves and
 // odd groups, ordered by key; split of a split; collectives on parent and child alternately;
 // GS_SPLIT_NOCOLOR; a bad color reported by every rank.
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <string>
 #include <tuple>
 #include <vector>
@@ -124,6 +128,75 @@ TEST(CommSplitErrors, ABadColorFailsOnEveryRankNamingIt) {
     EXPECT_EQ(status[r], GS_ERR_INVALID_ARGUMENT) << "rank " << r;
     EXPECT_NE(errors[r].find("rank 1 passed color -5"), std::string::npos) << errors[r];
   }
+}
+
+// Bytes of this process's shared-memory files (the shm transport's devices, connections and
+// receive slots are files "gs-<pid>-..." in /dev/shm).
+int64_t sharedMemoryBytesOfThisProcess() {
+  const std::string prefix = "gs-" + std::to_string(getpid()) + "-";
+  int64_t bytes = 0;
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr)
+    return -1;
+  while (const dirent* e = readdir(dir)) {
+    struct stat st {};
+    const std::string path = std::string("/dev/shm/") + e->d_name;
+    if (std::string(e->d_name).rfind(prefix, 0) == 0 && stat(path.c_str(), &st) == 0)
+      bytes += st.st_size;
+  }
+  closedir(dir);
+  return bytes;
+}
+
+// A child makes each link when a call first needs it: after the split its members hold no
+// receive slots (a group nobody calls on costs no shared memory); its first allreduce makes
+// them. Four ranks as threads of this process, two groups of two (runRanks fails a rank whose
+// links are not over shm).
+TEST(CommSplitLinks, AChildHoldsNoSlotsBeforeItsFirstCallOverShm) {
+  const int n = 4;
+  const int64_t slotBytes = 8 * (1 << 20);  // the defaults: 8 slots of 1 MiB per link
+  int64_t before = -1, afterSplit = -1, afterCall = -1;
+  std::vector<std::string> errors(n);
+  RankOptions o;
+  o.transport = "shm";
+  runRanks(n, o, [&](int rank, gs_comm_t parent) {
+    int64_t ignored = 0;
+    // Rank 0 measures while the others wait in the parent's next allreduce.
+    if (rank == 0)
+      before = sharedMemoryBytesOfThisProcess();
+    sumOf(parent, 1, &ignored);
+    gs_comm_t child = nullptr;
+    if (gs_comm_split(parent, rank % 2, rank, nullptr, &child) != GS_OK) {
+      errors[rank] = std::string("split: ") + gs_last_error();
+      return;
+    }
+    sumOf(parent, 1, &ignored);
+    if (rank == 0)
+      afterSplit = sharedMemoryBytesOfThisProcess();
+    sumOf(parent, 1, &ignored);
+    int64_t sum = 0;
+    if (!sumOf(child, 1 << 20, &sum) || sum != 2 << 20)
+      errors[rank] = std::string("child allreduce: ") + gs_last_error();
+    sumOf(parent, 1, &ignored);
+    if (rank == 0)
+      afterCall = sharedMemoryBytesOfThisProcess();
+    sumOf(parent, 1, &ignored);
+    gs_comm_destroy(child);
+    // A child nobody calls on is destroyed without ever linking, and the parent goes on.
+    gs_comm_t unused = nullptr;
+    if (gs_comm_split(parent, 0, rank, nullptr, &unused) != GS_OK || unused == nullptr)
+      errors[rank] = std::string("second split: ") + gs_last_error();
+    gs_comm_destroy(unused);
+    if (!sumOf(parent, 1, &ignored) || ignored != n)
+      errors[rank] = std::string("parent after an unused child: ") + gs_last_error();
+  });
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+  ASSERT_GE(before, 0) << "no /dev/shm";
+  // The split adds each member's shm device (a small control block), no connection or slots.
+  EXPECT_LT(afterSplit - before, slotBytes / 8) << before << " -> " << afterSplit;
+  // The first call links each member to its one peer: a connection with slots per member.
+  EXPECT_GE(afterCall - afterSplit, 4 * slotBytes) << afterSplit << " -> " << afterCall;
 }
 
 // The members' records travel over the parent: a setting the members disagree on fails every
