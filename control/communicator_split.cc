@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "common/auth.h"
@@ -132,10 +133,20 @@ std::unique_ptr<Communicator> Communicator::split(int color,
   GS_LOG_INFO("rank %d: split color %d -> rank %d of %zu", rank_, color, child->rank_,
               members.size());
   std::vector<std::vector<uint8_t>> theirs;
-  for (int m : members)
-    theirs.push_back(records[m]);
-  child->join(Deadline::afterMs(child->config_.timeoutMs), parseRecords(theirs, mine, child->rank_),
-              Links::kAtFirstUse);
+  std::string ranksHere;  // the new ranks in this communicator's numbering, for messages
+  for (size_t i = 0; i < members.size(); ++i) {
+    theirs.push_back(records[members[i]]);
+    ranksHere += formatString("%s%d", i == 0 ? "" : ", ", members[i]);
+  }
+  std::vector<PeerInfo> infos;
+  try {
+    infos = parseRecords(theirs, mine, child->rank_);
+  } catch (const Error& e) {
+    throw Error(e.code(), formatString("gs_comm_split: %s (the new ranks 0..%zu are ranks %s of "
+                                       "the communicator split)",
+                                       e.what(), members.size() - 1, ranksHere.c_str()));
+  }
+  child->join(Deadline::afterMs(child->config_.timeoutMs), infos, Links::kAtFirstUse);
   return child;
 }
 
