@@ -203,6 +203,9 @@ class Communicator {
   /// Topology from the ranks' host names, the algorithms GS_ALGO allows on it, and the peers
   /// their schedules use (the same on every rank: all computed from every record).
   std::set<int> chooseSchedules(const std::vector<PeerInfo>& infos);
+  /// Clears the shm addresses (in transports_) of the hosts whose shm links would not fit in
+  /// their /dev/shm (dropShmWhereSlotsDoNotFit), warning on this rank's host.
+  void leaveShmWhereSlotsDoNotFit(const std::vector<PeerInfo>& infos);
   /// Per peer shm or the network (symmetric); frees the shm device when no link uses it.
   LinkPlan planLinks(const std::vector<PeerInfo>& infos, std::set<int> peers);
   void logLinkTransports(int shmLinks, int networkLinks, int localOverNetwork) const;

@@ -54,8 +54,10 @@ PeerInfo ownRecord(const Config& config,
   mine.codec = config.codec;
   mine.shmSmallBytes = config.shmSmallBytes;
   mine.address = device.address();
-  if (shmDevice)
+  if (shmDevice) {
     mine.shmAddress = shmDevice->address();
+    mine.shmFreeBytes = sharedMemoryFreeBytes();
+  }
   return mine;
 }
 
@@ -139,10 +141,12 @@ void Communicator::join(Deadline deadline, const std::vector<PeerInfo>& infos, L
   // Peers are known only now (the hierarchical schedule's depend on the hosts): links are made
   // after the rendezvous and swap their slot keys over their own connections.
   transports_ = transportEndpoints(infos);
+  std::set<int> peers = chooseSchedules(infos);
+  leaveShmWhereSlotsDoNotFit(infos);
   pipelineChunk_ = pipelineChunkBytes(networkTransport_, transports_, config_.chunkBytes);
   for (const PeerInfo& info : infos)
     networkAddresses_.push_back(info.address);
-  const LinkPlan plan = planLinks(infos, chooseSchedules(infos));
+  const LinkPlan plan = planLinks(infos, std::move(peers));
   if (links == Links::kNow) {
     links_ = connectPeerLinks(nranks_, plan.endpoints, slotLayout(), deadline);
   } else {
@@ -191,6 +195,29 @@ std::set<int> Communicator::chooseSchedules(const std::vector<PeerInfo>& infos) 
     algorithms_ = {stream::Algorithm::kRing};
   }
   return schedulePeers(rank_, topology_, algorithms_);
+}
+
+void Communicator::leaveShmWhereSlotsDoNotFit(const std::vector<PeerInfo>& infos) {
+  std::vector<int64_t> room(nranks_);
+  std::vector<std::set<int>> peersOf(nranks_);
+  for (int r = 0; r < nranks_; ++r) {
+    room[r] = infos[r].shmFreeBytes;
+    if (!transports_[r].shmAddress.empty())
+      peersOf[r] = schedulePeers(r, topology_, algorithms_);
+  }
+  // Each end's receive slots, plus the connection's queues and mailboxes (under 512 KiB).
+  const int64_t bytesPerLink = static_cast<int64_t>(slotLayout().regionBytes()) + (512 << 10);
+  for (const ShmShortfall& h :
+       dropShmWhereSlotsDoNotFit(transports_, room, peersOf, bytesPerLink)) {
+    if (h.hostname != infos[rank_].hostname)
+      continue;
+    shmState_ = shmState_ == ShmState::kOff ? shmState_ : ShmState::kUnavailable;
+    GS_LOG_WARN(
+        "rank %d: the shm links of host %s need %.0f MB of /dev/shm, %.0f MB are free: its ranks "
+        "use %s instead (give /dev/shm more room, e.g. a container's --shm-size, or fewer or "
+        "smaller slots: GS_SLOTS_PER_PEER, GS_CHUNK_BYTES)",
+        rank_, h.hostname.c_str(), h.needBytes / 1e6, h.freeBytes / 1e6, networkTransport_.c_str());
+  }
 }
 
 Communicator::LinkPlan Communicator::planLinks(const std::vector<PeerInfo>& infos,

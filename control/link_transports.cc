@@ -1,5 +1,7 @@
 #include "control/link_transports.h"
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -72,6 +74,45 @@ bool shmWithinHosts(const std::vector<TransportEndpoint>& ranks) {
       return false;
   }
   return sharedHost;
+}
+
+int64_t sharedMemoryFreeBytes() {
+  struct statvfs fs {};
+  if (statvfs("/dev/shm", &fs) != 0)
+    return 0;
+  return static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+}
+
+std::vector<ShmShortfall> dropShmWhereSlotsDoNotFit(std::vector<TransportEndpoint>& ranks,
+                                                    const std::vector<int64_t>& freeBytes,
+                                                    const std::vector<std::set<int>>& peersOf,
+                                                    int64_t bytesPerLink) {
+  std::map<std::string, ShmShortfall> hosts;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (ranks[r].shmAddress.empty())
+      continue;
+    ShmShortfall& h = hosts.try_emplace(ranks[r].hostname).first->second;
+    h.hostname = ranks[r].hostname;
+    if (freeBytes[r] > 0 && (h.freeBytes == 0 || freeBytes[r] < h.freeBytes))
+      h.freeBytes = freeBytes[r];
+    for (int p : peersOf[r]) {
+      if (p >= 0 && static_cast<size_t>(p) < ranks.size() && static_cast<size_t>(p) != r &&
+          shmBetween(ranks[r], ranks[p]))
+        h.needBytes += bytesPerLink;
+    }
+  }
+  std::vector<ShmShortfall> tooSmall;
+  for (const auto& [name, h] : hosts) {
+    if (h.freeBytes > 0 && h.needBytes > h.freeBytes)
+      tooSmall.push_back(h);
+  }
+  for (const ShmShortfall& h : tooSmall) {
+    for (TransportEndpoint& e : ranks) {
+      if (e.hostname == h.hostname)
+        e.shmAddress.clear();
+    }
+  }
+  return tooSmall;
 }
 
 int64_t pipelineChunkBytes(const std::string& networkTransport,

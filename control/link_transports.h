@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,29 @@ bool shmBetween(const TransportEndpoint& a, const TransportEndpoint& b);
 /// (shmBetween). Computed from every rank's record, so every rank gets the same answer (the
 /// algorithm choice must not differ between ranks).
 bool shmWithinHosts(const std::vector<TransportEndpoint>& ranks);
+
+/// Free bytes of /dev/shm now (statvfs), for a rank's record; 0 when it cannot tell.
+int64_t sharedMemoryFreeBytes();
+
+/// A host whose shm links would not fit in its /dev/shm.
+struct ShmShortfall {
+  std::string hostname;
+  int64_t needBytes = 0;  // receive slots of the links its ranks' schedules make over shm
+  int64_t freeBytes = 0;  // the least room any of its ranks saw
+};
+
+/// Every shm link needs `bytesPerLink` of /dev/shm on its host for each end's receive slots
+/// (each rank's slots for each same-host peer it links to; peersOf[r]: the peers rank r's
+/// schedules link). A host whose links would not fit in the least room its ranks published
+/// (`freeBytes`, 0: unknown, not counted) has its ranks' shm addresses cleared in `ranks`, so
+/// its links go over the network as they would without shm, instead of failing at the first
+/// slot that finds /dev/shm full (a container's default of 64 MiB holds fewer than 8 links of
+/// the default 8 MiB). Returns those hosts. From every rank's record and schedules, so every
+/// rank decides alike for every host (the cost model and the chunk size depend on it too).
+std::vector<ShmShortfall> dropShmWhereSlotsDoNotFit(std::vector<TransportEndpoint>& ranks,
+                                                    const std::vector<int64_t>& freeBytes,
+                                                    const std::vector<std::set<int>>& peersOf,
+                                                    int64_t bytesPerLink);
 
 /// The pipeline chunk of a communicator's calls: `configured` (GS_CHUNK_BYTES, the receive slot
 /// size), except at its default of 1 MiB on a tcp communicator where some pair of ranks talks

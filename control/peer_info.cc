@@ -7,8 +7,8 @@ namespace gs::control {
 
 namespace {
 constexpr uint32_t kPeerInfoMagic = 0x49505347;  // "GSPI"
-// 2: shmAddress after address. 3: shmSmallBytes after codec.
-constexpr uint16_t kPeerInfoVersion = 3;
+// 2: shmAddress after address. 3: shmSmallBytes after codec. 4: shmFreeBytes after shmAddress.
+constexpr uint16_t kPeerInfoVersion = 4;
 constexpr size_t kMaxAddressBytes = 4096;
 }  // namespace
 
@@ -25,6 +25,7 @@ std::vector<uint8_t> PeerInfo::serialize() const {
   w.put(shmSmallBytes);
   w.putBytes(address);
   w.putBytes(shmAddress);
+  w.put(shmFreeBytes);
   w.put(static_cast<uint32_t>(slotKeys.size()));
   for (const auto& [peer, key] : slotKeys) {
     w.put(peer);
@@ -48,6 +49,8 @@ PeerInfo PeerInfo::parse(std::span<const uint8_t> bytes, int rank) {
   // getBytes bounds each length (bytes from the network are untrusted).
   p.address = r.getBytes(kMaxAddressBytes);
   p.shmAddress = r.getBytes(kMaxAddressBytes);
+  p.shmFreeBytes = r.get<int64_t>();
+  GS_CHECK(p.shmFreeBytes >= 0, Errc::kRemote, "rank %d sent a negative /dev/shm size", rank);
   const auto n = r.get<uint32_t>();
   GS_CHECK(n <= 64, Errc::kRemote, "rank %d sent %u slot keys", rank, n);
   for (uint32_t i = 0; i < n; ++i) {

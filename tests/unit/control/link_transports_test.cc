@@ -120,5 +120,31 @@ TEST_F(TwoShmDevices, TcpCommunicatorsPipelineInSmallerChunksAtTheDefault) {
   EXPECT_EQ(pipelineChunkBytes("tcp", {bNoShm}, def), def);  // one rank: no link
 }
 
+// Each host's shm links against the least room its ranks saw: a host short of /dev/shm loses
+// its shm addresses (its links go over the network), one with room keeps them, every rank
+// computing the same from the same records; an unknown room (0) drops nothing.
+TEST_F(TwoShmDevices, AHostWhoseSlotsDoNotFitInItsSharedMemoryUsesTheNetwork) {
+  const int64_t link = 10 << 20;
+  const std::vector<std::set<int>> eachOther{{1}, {0}};
+  // Two links of 10 MiB (one per end) on host h0.
+  std::vector<TransportEndpoint> fits{a, b};
+  EXPECT_TRUE(dropShmWhereSlotsDoNotFit(fits, {20 << 20, 30 << 20}, eachOther, link).empty());
+  EXPECT_TRUE(shmBetween(fits[0], fits[1]));
+  std::vector<TransportEndpoint> tight{a, b};
+  const auto dropped = dropShmWhereSlotsDoNotFit(tight, {30 << 20, 19 << 20}, eachOther, link);
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_EQ(dropped[0].hostname, "h0");
+  EXPECT_EQ(dropped[0].needBytes, 2 * link);
+  EXPECT_EQ(dropped[0].freeBytes, 19 << 20);  // the least room any of its ranks saw
+  EXPECT_FALSE(shmBetween(tight[0], tight[1]));
+  EXPECT_TRUE(tight[0].shmAddress.empty() && tight[1].shmAddress.empty());
+  std::vector<TransportEndpoint> unknown{a, b};
+  EXPECT_TRUE(dropShmWhereSlotsDoNotFit(unknown, {0, 0}, eachOther, link).empty());
+  // Peers on another host need no shm: nothing to fit, nothing dropped.
+  std::vector<TransportEndpoint> apart{a, bElsewhere};
+  EXPECT_TRUE(dropShmWhereSlotsDoNotFit(apart, {1, 1}, eachOther, link).empty());
+  EXPECT_FALSE(apart[0].shmAddress.empty());
+}
+
 }  // namespace
 }  // namespace gs::control
