@@ -204,8 +204,9 @@ class Communicator {
   /// their schedules use (the same on every rank: all computed from every record).
   std::set<int> chooseSchedules(const std::vector<PeerInfo>& infos);
   /// Clears the shm addresses (in transports_) of the hosts whose shm links would not fit in
-  /// their /dev/shm (dropShmWhereSlotsDoNotFit), warning on this rank's host.
-  void leaveShmWhereSlotsDoNotFit(const std::vector<PeerInfo>& infos);
+  /// their /dev/shm (dropShmWhereSlotsDoNotFit), warning on this rank's host. myPeers: this
+  /// rank's schedule peers (chooseSchedules), the others' are built only where needed.
+  void leaveShmWhereSlotsDoNotFit(const std::vector<PeerInfo>& infos, const std::set<int>& myPeers);
   /// Per peer shm or the network (symmetric); frees the shm device when no link uses it.
   LinkPlan planLinks(const std::vector<PeerInfo>& infos, std::set<int> peers);
   void logLinkTransports(int shmLinks, int networkLinks, int localOverNetwork) const;

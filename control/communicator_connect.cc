@@ -142,7 +142,7 @@ void Communicator::join(Deadline deadline, const std::vector<PeerInfo>& infos, L
   // after the rendezvous and swap their slot keys over their own connections.
   transports_ = transportEndpoints(infos);
   std::set<int> peers = chooseSchedules(infos);
-  leaveShmWhereSlotsDoNotFit(infos);
+  leaveShmWhereSlotsDoNotFit(infos, peers);
   pipelineChunk_ = pipelineChunkBytes(networkTransport_, transports_, config_.chunkBytes);
   for (const PeerInfo& info : infos)
     networkAddresses_.push_back(info.address);
@@ -197,14 +197,14 @@ std::set<int> Communicator::chooseSchedules(const std::vector<PeerInfo>& infos) 
   return schedulePeers(rank_, topology_, algorithms_);
 }
 
-void Communicator::leaveShmWhereSlotsDoNotFit(const std::vector<PeerInfo>& infos) {
+void Communicator::leaveShmWhereSlotsDoNotFit(const std::vector<PeerInfo>& infos,
+                                              const std::set<int>& myPeers) {
   std::vector<int64_t> room(nranks_);
-  std::vector<std::set<int>> peersOf(nranks_);
-  for (int r = 0; r < nranks_; ++r) {
+  for (int r = 0; r < nranks_; ++r)
     room[r] = infos[r].shmFreeBytes;
-    if (!transports_[r].shmAddress.empty())
-      peersOf[r] = schedulePeers(r, topology_, algorithms_);
-  }
+  const auto peersOf = [&](int r) {
+    return r == rank_ ? myPeers : schedulePeers(r, topology_, algorithms_);
+  };
   // Each end's receive slots, plus the connection's queues and mailboxes (under 512 KiB).
   const int64_t bytesPerLink = static_cast<int64_t>(slotLayout().regionBytes()) + (512 << 10);
   for (const ShmShortfall& h :

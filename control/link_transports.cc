@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <functional>
 #include <map>
 
 #include "common/config.h"
@@ -83,28 +84,42 @@ int64_t sharedMemoryFreeBytes() {
   return static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
 }
 
-std::vector<ShmShortfall> dropShmWhereSlotsDoNotFit(std::vector<TransportEndpoint>& ranks,
-                                                    const std::vector<int64_t>& freeBytes,
-                                                    const std::vector<std::set<int>>& peersOf,
-                                                    int64_t bytesPerLink) {
-  std::map<std::string, ShmShortfall> hosts;
+std::vector<ShmShortfall> dropShmWhereSlotsDoNotFit(
+    std::vector<TransportEndpoint>& ranks,
+    const std::vector<int64_t>& freeBytes,
+    const std::function<std::set<int>(int)>& peersOf,
+    int64_t bytesPerLink) {
+  struct Host {
+    ShmShortfall figures;
+    std::vector<size_t> ranks;  // its ranks with an shm address
+  };
+  std::map<std::string, Host> hosts;
   for (size_t r = 0; r < ranks.size(); ++r) {
     if (ranks[r].shmAddress.empty())
       continue;
-    ShmShortfall& h = hosts.try_emplace(ranks[r].hostname).first->second;
-    h.hostname = ranks[r].hostname;
-    if (freeBytes[r] > 0 && (h.freeBytes == 0 || freeBytes[r] < h.freeBytes))
-      h.freeBytes = freeBytes[r];
-    for (int p : peersOf[r]) {
-      if (p >= 0 && static_cast<size_t>(p) < ranks.size() && static_cast<size_t>(p) != r &&
-          shmBetween(ranks[r], ranks[p]))
-        h.needBytes += bytesPerLink;
-    }
+    Host& h = hosts.try_emplace(ranks[r].hostname).first->second;
+    h.figures.hostname = ranks[r].hostname;
+    h.ranks.push_back(r);
+    int64_t& room = h.figures.freeBytes;
+    if (freeBytes[r] > 0 && (room == 0 || freeBytes[r] < room))
+      room = freeBytes[r];
   }
   std::vector<ShmShortfall> tooSmall;
-  for (const auto& [name, h] : hosts) {
-    if (h.freeBytes > 0 && h.needBytes > h.freeBytes)
-      tooSmall.push_back(h);
+  for (auto& [name, h] : hosts) {
+    // Where every pair of the host's ranks would fit (or the room is unknown), the schedules'
+    // peers need not be built: at thousands of ranks that costs every rank 0.1 s and more.
+    const auto k = static_cast<int64_t>(h.ranks.size());
+    if (h.figures.freeBytes == 0 || k * (k - 1) * bytesPerLink <= h.figures.freeBytes)
+      continue;
+    for (size_t r : h.ranks) {
+      for (int p : peersOf(static_cast<int>(r))) {
+        if (p >= 0 && static_cast<size_t>(p) < ranks.size() && static_cast<size_t>(p) != r &&
+            shmBetween(ranks[r], ranks[p]))
+          h.figures.needBytes += bytesPerLink;
+      }
+    }
+    if (h.figures.needBytes > h.figures.freeBytes)
+      tooSmall.push_back(h.figures);
   }
   for (const ShmShortfall& h : tooSmall) {
     for (TransportEndpoint& e : ranks) {

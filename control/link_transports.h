@@ -5,6 +5,7 @@
 // records, so both ranks of a pair decide alike.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -62,17 +63,19 @@ struct ShmShortfall {
 };
 
 /// Every shm link needs `bytesPerLink` of /dev/shm on its host for each end's receive slots
-/// (each rank's slots for each same-host peer it links to; peersOf[r]: the peers rank r's
-/// schedules link). A host whose links would not fit in the least room its ranks published
-/// (`freeBytes`, 0: unknown, not counted) has its ranks' shm addresses cleared in `ranks`, so
+/// (each rank's slots for each same-host peer it links to; peersOf(r): the peers rank r's
+/// schedules link, asked only on hosts where not every pair would fit). A host whose links
+/// would not fit in the least room its ranks published (`freeBytes`, 0: unknown, not counted;
+/// needBytes then left 0) has its ranks' shm addresses cleared in `ranks`, so
 /// its links go over the network as they would without shm, instead of failing at the first
 /// slot that finds /dev/shm full (a container's default of 64 MiB holds fewer than 8 links of
 /// the default 8 MiB). Returns those hosts. From every rank's record and schedules, so every
 /// rank decides alike for every host (the cost model and the chunk size depend on it too).
-std::vector<ShmShortfall> dropShmWhereSlotsDoNotFit(std::vector<TransportEndpoint>& ranks,
-                                                    const std::vector<int64_t>& freeBytes,
-                                                    const std::vector<std::set<int>>& peersOf,
-                                                    int64_t bytesPerLink);
+std::vector<ShmShortfall> dropShmWhereSlotsDoNotFit(
+    std::vector<TransportEndpoint>& ranks,
+    const std::vector<int64_t>& freeBytes,
+    const std::function<std::set<int>(int)>& peersOf,
+    int64_t bytesPerLink);
 
 /// The pipeline chunk of a communicator's calls: `configured` (GS_CHUNK_BYTES, the receive slot
 /// size), except at its default of 1 MiB on a tcp communicator where some pair of ranks talks

@@ -139,10 +139,10 @@ Schedule chainBroadcast(int rank, int nranks, int root, size_t count) {
 }
 
 Schedule buildSchedule(
-    CollectiveKind kind, int rank, int nranks, int root, size_t count, bool latencyBound) {
+    CollectiveKind kind, int rank, int nranks, int root, size_t count, bool twoRankExchange) {
   switch (kind) {
     case CollectiveKind::kAllReduce:
-      if (latencyBound && nranks == 2)
+      if (twoRankExchange && nranks == 2)
         return recursiveDoublingAllReduce(rank, nranks, count);
       return ringAllReduce(rank, nranks, count);
     case CollectiveKind::kReduceScatter:
@@ -189,11 +189,11 @@ bool parseAlgorithm(const std::string& name, Algorithm* out) {
 }
 
 Schedule buildAllReduce(
-    Algorithm algo, int rank, const Topology& topology, size_t count, bool latencyBound) {
+    Algorithm algo, int rank, const Topology& topology, size_t count, bool twoRankExchange) {
   const int nranks = topology.nranks();
   switch (algo) {
     case Algorithm::kRing:
-      return buildSchedule(CollectiveKind::kAllReduce, rank, nranks, 0, count, latencyBound);
+      return buildSchedule(CollectiveKind::kAllReduce, rank, nranks, 0, count, twoRankExchange);
     case Algorithm::kTree:
       return treeAllReduce(rank, nranks, count);
     case Algorithm::kHalvingDoubling:

@@ -160,10 +160,14 @@ struct AllToAllLayout {
 /// block's incoming chunks wait for its outgoing ones. The own block is a local copy.
 Schedule pairwiseAllToAll(int rank, int nranks, const AllToAllLayout& layout);
 
-/// Builds the schedule of any collective kind. latencyBound selects the one-round exchange for
+/// Builds the schedule of any collective kind. twoRankExchange selects the one-round exchange for
 /// a 2-rank allreduce (ignored elsewhere).
-Schedule buildSchedule(
-    CollectiveKind kind, int rank, int nranks, int root, size_t count, bool latencyBound = false);
+Schedule buildSchedule(CollectiveKind kind,
+                       int rank,
+                       int nranks,
+                       int root,
+                       size_t count,
+                       bool twoRankExchange = false);
 
 /// Allreduce algorithms. Reduce-scatter, allgather and broadcast always run as ring / chain.
 enum class Algorithm : uint8_t {
@@ -203,9 +207,9 @@ Schedule recursiveDoublingAllReduce(int rank, int nranks, size_t count);
 /// each host. Intra-host hops travel raw. Needs the same number of ranks on every host
 /// (kInvalidArgument otherwise).
 Schedule hierarchicalAllReduce(int rank, const Topology& topology, size_t count);
-/// The allreduce schedule of an algorithm (latencyBound as in buildSchedule, ring only).
+/// The allreduce schedule of an algorithm (twoRankExchange as in buildSchedule, ring only).
 Schedule buildAllReduce(
-    Algorithm algo, int rank, const Topology& topology, size_t count, bool latencyBound = false);
+    Algorithm algo, int rank, const Topology& topology, size_t count, bool twoRankExchange = false);
 
 /// Symbolic check: runs the schedules of all ranks with no network, values represented as the
 /// set of (rank, element) contributions, and verifies every rank's final buffer is exactly the
@@ -218,7 +222,7 @@ std::string checkSchedules(CollectiveKind kind,
                            int root,
                            size_t count,
                            bool averaging,
-                           bool latencyBound = false);
+                           bool twoRankExchange = false);
 /// The same check over any set of schedules: factory(rank) builds rank's (tests mutate them).
 std::string checkScheduleSet(CollectiveKind kind,
                              int nranks,

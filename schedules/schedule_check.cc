@@ -323,11 +323,12 @@ class Checker {
 }  // namespace
 
 std::string checkSchedules(
-    CollectiveKind kind, int nranks, int root, size_t count, bool averaging, bool latencyBound) {
+    CollectiveKind kind, int nranks, int root, size_t count, bool averaging, bool twoRankExchange) {
   (void)averaging;  // documents the caller's op; every reduction must finalize exactly once
-  return Checker(
-             kind, nranks, root, count,
-             [=](int rank) { return buildSchedule(kind, rank, nranks, root, count, latencyBound); })
+  return Checker(kind, nranks, root, count,
+                 [=](int rank) {
+                   return buildSchedule(kind, rank, nranks, root, count, twoRankExchange);
+                 })
       .run();
 }
 

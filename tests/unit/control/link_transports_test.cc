@@ -125,17 +125,23 @@ TEST_F(TwoShmDevices, TcpCommunicatorsPipelineInSmallerChunksAtTheDefault) {
 // computing the same from the same records; an unknown room (0) drops nothing.
 TEST_F(TwoShmDevices, AHostWhoseSlotsDoNotFitInItsSharedMemoryUsesTheNetwork) {
   const int64_t link = 10 << 20;
-  const std::vector<std::set<int>> eachOther{{1}, {0}};
+  int asked = 0;  // the schedules' peers are built only where not every pair would fit
+  const auto eachOther = [&](int r) {
+    ++asked;
+    return std::set<int>{1 - r};
+  };
   // Two links of 10 MiB (one per end) on host h0.
   std::vector<TransportEndpoint> fits{a, b};
   EXPECT_TRUE(dropShmWhereSlotsDoNotFit(fits, {20 << 20, 30 << 20}, eachOther, link).empty());
   EXPECT_TRUE(shmBetween(fits[0], fits[1]));
+  EXPECT_EQ(asked, 0);
   std::vector<TransportEndpoint> tight{a, b};
   const auto dropped = dropShmWhereSlotsDoNotFit(tight, {30 << 20, 19 << 20}, eachOther, link);
   ASSERT_EQ(dropped.size(), 1u);
   EXPECT_EQ(dropped[0].hostname, "h0");
   EXPECT_EQ(dropped[0].needBytes, 2 * link);
   EXPECT_EQ(dropped[0].freeBytes, 19 << 20);  // the least room any of its ranks saw
+  EXPECT_EQ(asked, 2);
   EXPECT_FALSE(shmBetween(tight[0], tight[1]));
   EXPECT_TRUE(tight[0].shmAddress.empty() && tight[1].shmAddress.empty());
   std::vector<TransportEndpoint> unknown{a, b};

@@ -95,7 +95,7 @@ TEST(CheckSchedules, LatencyBoundExchange) {
   for (size_t count : {size_t{0}, size_t{1}, size_t{2}, size_t{3}, size_t{1000}, size_t{16384}}) {
     EXPECT_EQ(checkSchedules(CollectiveKind::kAllReduce, 2, 0, count, true, true), "") << count;
   }
-  // latencyBound only changes 2-rank allreduce; elsewhere the ring/chain schedules still pass.
+  // twoRankExchange only changes 2-rank allreduce; elsewhere the ring/chain schedules still pass.
   for (int n : {1, 3, 4, 7}) {
     for (CollectiveKind kind : kKinds) {
       EXPECT_EQ(checkSchedules(kind, n, 0, 10, isReduction(kind), true), "")
@@ -123,8 +123,8 @@ TEST(CheckSchedules, ReductionsWithoutAveraging) {
   for (CollectiveKind kind : {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter}) {
     for (int n : {1, 2, 3, 7, 16}) {
       for (size_t count : countsFor(n)) {
-        for (bool latencyBound : {false, true}) {
-          EXPECT_EQ(checkSchedules(kind, n, 0, count, false, latencyBound), "")
+        for (bool twoRankExchange : {false, true}) {
+          EXPECT_EQ(checkSchedules(kind, n, 0, count, false, twoRankExchange), "")
               << collectiveName(kind) << " N=" << n << " count=" << count;
         }
       }
@@ -384,10 +384,10 @@ std::string verify(CollectiveKind kind, int n, int root, size_t count, const Out
 }
 
 std::vector<Schedule> buildAll(
-    CollectiveKind kind, int n, int root, size_t count, bool latencyBound = false) {
+    CollectiveKind kind, int n, int root, size_t count, bool twoRankExchange = false) {
   std::vector<Schedule> s;
   for (int r = 0; r < n; ++r)
-    s.push_back(buildSchedule(kind, r, n, root, count, latencyBound));
+    s.push_back(buildSchedule(kind, r, n, root, count, twoRankExchange));
   return s;
 }
 
@@ -406,7 +406,7 @@ TEST(ScheduleInterpreter, ExchangeAllReduce) {
     }
     EXPECT_EQ(verify(CollectiveKind::kAllReduce, 2, 0, count, interpret(s)), "") << count;
   }
-  // latencyBound with N != 2 is the ring.
+  // twoRankExchange with N != 2 is the ring.
   EXPECT_EQ(buildSchedule(CollectiveKind::kAllReduce, 0, 3, 0, 10, true).steps.size(), 4u);
 }
 

@@ -76,8 +76,8 @@ std::unique_ptr<RankPlan> makePlan(CollectiveKind kind,
                                    size_t chunkElements,
                                    size_t groupChunks,
                                    bool inPlace,
-                                   bool latencyBound = false) {
-  return makePlanOf(buildSchedule(kind, rank, n, root, count, latencyBound), es, chunkElements,
+                                   bool twoRankExchange = false) {
+  return makePlanOf(buildSchedule(kind, rank, n, root, count, twoRankExchange), es, chunkElements,
                     groupChunks, inPlace);
 }
 
@@ -434,24 +434,25 @@ TEST(Plan, NeighbourQueuesMatchAndPlansAreConsistent) {
         for (size_t chunk : {size_t{1}, size_t{3}, size_t{16}, size_t{1000}}) {
           for (size_t group : {size_t{1}, size_t{2}, size_t{4}}) {
             for (int variant = 0; variant < 4; ++variant) {
-              const bool inPlace = variant & 1, latencyBound = variant & 2;
+              const bool inPlace = variant & 1, twoRankExchange = variant & 2;
               if (inPlace && kind != CollectiveKind::kAllReduce &&
                   kind != CollectiveKind::kBroadcast)
                 continue;
-              if (latencyBound && (kind != CollectiveKind::kAllReduce || n != 2))
+              if (twoRankExchange && (kind != CollectiveKind::kAllReduce || n != 2))
                 continue;
               const int root = kind == CollectiveKind::kBroadcast ? static_cast<int>(count % n) : 0;
               std::vector<std::unique_ptr<RankPlan>> plans;
               for (int r = 0; r < n; ++r) {
                 plans.push_back(
-                    makePlan(kind, r, n, root, count, 4, chunk, group, inPlace, latencyBound));
+                    makePlan(kind, r, n, root, count, 4, chunk, group, inPlace, twoRankExchange));
               }
               const std::string what =
                   std::string(collectiveName(kind)) + " N=" + std::to_string(n) +
                   " count=" + std::to_string(count) + " chunk=" + std::to_string(chunk) +
                   " group=" + std::to_string(group) + (inPlace ? " in-place" : "") +
-                  (latencyBound ? " exchange" : "");
-              expectQueuesMatch(plans, what, kind != CollectiveKind::kBroadcast && !latencyBound);
+                  (twoRankExchange ? " exchange" : "");
+              expectQueuesMatch(plans, what,
+                                kind != CollectiveKind::kBroadcast && !twoRankExchange);
               ASSERT_EQ(simulateStalls(plans, 2 * group), "") << what;
               for (int r = 0; r < n; ++r) {
                 ASSERT_EQ(checkStructure(*plans[r]), "") << what << " rank " << r;
