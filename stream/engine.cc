@@ -252,7 +252,7 @@ void Engine::run(const CollectiveArgs& args) {
     lr.sendBase = lr.link->sendSequence;
     lr.recvBase = lr.link->recvSequence;
     lr.posted = lr.completed = lr.processed = lr.releasedHere = 0;
-    lr.creditBlockedSinceNs = lr.logicalBytesSent = 0;
+    lr.creditBlockedSince = lr.logicalBytesSent = 0;
     const int peer = lr.link->peer();
     lr.codec = p.adaptive && static_cast<size_t>(peer) < linkCodecs_.size() ? linkCodecs_[peer]
                                                                             : args.codec;

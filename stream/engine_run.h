@@ -84,8 +84,8 @@ struct Engine::Run {
     Plan::LinkQueues* queues = nullptr;
     monitoring::LinkCounters* counters = nullptr;  // may be null
     const codecs::Codec* codec = nullptr;          // codec of the chunks this rank encodes here
-    uint64_t creditBlockedSinceNs = 0;             // a ready chunk waits for a credit since
-    uint64_t logicalBytesSent = 0;                 // this collective
+    uint64_t creditBlockedSince = 0;      // cycle::now() since a ready chunk waits for a credit
+    uint64_t logicalBytesSent = 0;        // this collective
     uint64_t sendBase = 0, recvBase = 0;  // link sequences of this collective's first chunks
     size_t posted = 0, completed = 0, processed = 0, releasedHere = 0;
     std::vector<uint8_t> sendDone;

@@ -30,9 +30,9 @@ struct SendOp {
   uint32_t forwardIndex = 0;
   bool raw = false;  // sent in the buffer's dtype whatever the collective's codec (Step::raw)
   uint32_t depBegin = 0, depEnd = 0;
-  uint64_t stepCount = 0;  // elements of the whole step (an all-to-all pair's message)
-  uint64_t postedNs = 0;   // progress: when it was posted (chunk latency)
-  uint32_t message = 0;    // Plan::messages entry: dtype and call of this chunk
+  uint64_t stepCount = 0;    // elements of the whole step (an all-to-all pair's message)
+  uint64_t postedTicks = 0;  // progress: when it was posted, cycle::now() (chunk latency)
+  uint32_t message = 0;      // Plan::messages entry: dtype and call of this chunk
   // Progress: left in our memory for the peer to copy (format::kChunkFlagPeerMemory), and its
   // number among such chunks on the link (Link::peerReadsPosted); done once acknowledged.
   bool peerRead = false;

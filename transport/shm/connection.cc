@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "common/error.h"
@@ -86,15 +87,34 @@ void Connection::fail(std::string message) {
   ring(*peerControl_);
 }
 
+NoticeRoom Connection::noticeRoom() {
+  // The peer's head moves only forward: one read of it is good until the queue looks full by
+  // it, so the sender does not pull the line the receiver writes at every notice.
+  if (noticeTail_ - noticeRoomHead_ < kNotices)
+    return NoticeRoom::kRoom;
+  const uint64_t head = loadAcquire(outgoing().noticeHead);
+  if (noticeTail_ - head > kNotices) {
+    fail(formatString("peer rank %d corrupted the shared notice queue", peer_));
+    return NoticeRoom::kCorrupt;
+  }
+  noticeRoomHead_ = head;
+  return noticeTail_ - head < kNotices ? NoticeRoom::kRoom : NoticeRoom::kFull;
+}
+
 bool Connection::pushNotice(const Notice& notice) {
-  Half& out = outgoing();
-  const uint64_t head = loadAcquire(out.noticeHead);
-  if (noticeTail_ - head >= kNotices)
+  if (noticeRoom() != NoticeRoom::kRoom)
     return false;
-  std::memcpy(&out.notices[noticeTail_ % kNotices], &notice, sizeof(notice));
-  storeRelease(out.noticeTail, ++noticeTail_);
+  Notice& slot = outgoing().notices[noticeTail_ % kNotices];
+  std::memcpy(&slot, &notice, offsetof(Notice, sequence));
+  storeRelease(slot.sequence, ++noticeTail_);
   ring(*peerControl_);
   return true;
+}
+
+bool Connection::noticeArrived() const {
+  Notice& slot = incoming().notices[noticeHead_ % kNotices];
+  return std::atomic_ref<uint64_t>(slot.sequence).load(std::memory_order_acquire) ==
+         noticeHead_ + 1;
 }
 
 void Connection::reject(RejectReason reason,
@@ -154,13 +174,10 @@ PostResult Connection::postWrite(std::span<const LocalSegment> segments,
     fail(formatString("postWrite with %zu segments (at most %zu)", segments.size(), kMaxSegments));
     return PostResult::kError;
   }
-  Half& out = outgoing();
-  const uint64_t head = loadAcquire(out.noticeHead);
-  if (noticeTail_ - head > kNotices) {
-    fail(formatString("peer rank %d corrupted the shared notice queue", peer_));
+  const NoticeRoom room = noticeRoom();
+  if (room == NoticeRoom::kCorrupt)
     return PostResult::kError;
-  }
-  if (completions_.full() || noticeTail_ - head == kNotices)
+  if (completions_.full() || room == NoticeRoom::kFull)
     return PostResult::kWouldBlock;
   uint64_t total = 0;
   for (const LocalSegment& s : segments)
@@ -253,15 +270,22 @@ bool Connection::readPeerMemory(uint64_t address, void* dst, size_t bytes, std::
 
 size_t Connection::takeNotices(std::span<Completion> out) {
   Half& in = incoming();
-  const uint64_t tail = loadAcquire(in.noticeTail);
-  if (tail - noticeHead_ > kNotices) {
-    fail(formatString("peer rank %d sent an invalid frame: its notice queue is corrupt", peer_));
-    return 0;
-  }
+  const uint64_t before = noticeHead_;
   size_t n = 0;
-  while (n < out.size() && noticeHead_ != tail && !failed_) {
+  while (n < out.size() && !failed_) {
+    Notice& slot = in.notices[noticeHead_ % kNotices];
+    const uint64_t sequence = loadAcquire(slot.sequence);
+    if (sequence != noticeHead_ + 1) {
+      // Not written yet, the slot still holds the notice of a lap before (nothing on the first
+      // lap); any other sequence is the peer's scribbling.
+      const uint64_t lapBefore = noticeHead_ >= kNotices ? noticeHead_ + 1 - kNotices : 0;
+      if (sequence != lapBefore)
+        fail(
+            formatString("peer rank %d sent an invalid frame: its notice queue is corrupt", peer_));
+      break;
+    }
     Notice notice;
-    std::memcpy(&notice, &in.notices[noticeHead_ % kNotices], sizeof(notice));
+    std::memcpy(&notice, &slot, sizeof(notice));
     ++noticeHead_;
     if (notice.kind == static_cast<uint32_t>(NoticeKind::kWrite)) {
       out[n++] = Completion{0, CompletionKind::kRemoteWrite, Errc::kOk, notice.imm, notice.length};
@@ -280,7 +304,9 @@ size_t Connection::takeNotices(std::span<Completion> out) {
       fail(formatString("peer rank %d sent an invalid frame: notice kind %u", peer_, notice.kind));
     }
   }
-  storeRelease(in.noticeHead, noticeHead_);
+  // Written only when it moved: the sender reads it only when its queue looks full.
+  if (noticeHead_ != before)
+    storeRelease(in.noticeHead, noticeHead_);
   return n;
 }
 
@@ -314,13 +340,14 @@ size_t Connection::takeMessages(std::span<Completion> out) {
     ++messageHead_;
     out[n++] = Completion{recv.id, CompletionKind::kRecv, Errc::kOk, 0, length};
   }
-  storeRelease(in.messageHead, messageHead_);
+  if (n > 0)
+    storeRelease(in.messageHead, messageHead_);
   return n;
 }
 
 void Connection::checkPeerAlive() {
   // Its last notices came before its closed flag (release order): report those first.
-  if (loadAcquire(incoming().closed) != 0 && noticeHead_ == loadAcquire(incoming().noticeTail)) {
+  if (loadAcquire(incoming().closed) != 0 && !noticeArrived()) {
     fail(formatString("peer rank %d closed the connection", peer_));
     return;
   }
@@ -425,9 +452,9 @@ bool Connection::hasNews() const {
   if (peek(in.small[0].sequence) > smallTaken_ || peek(in.small[1].sequence) > smallTaken_ ||
       peek32(in.smallFailed) != 0)
     return true;
-  return peek(in.noticeTail) != noticeHead_ ||
-         (!recvs_.empty() && peek(in.messageTail) != messageHead_) || peek32(in.closed) != 0 ||
-         peek32(peerControl_->closed) != 0 || (!peerReady_ && peek32(in.hello.state) != 0);
+  return noticeArrived() || (!recvs_.empty() && peek(in.messageTail) != messageHead_) ||
+         peek32(in.closed) != 0 || peek32(peerControl_->closed) != 0 ||
+         (!peerReady_ && peek32(in.hello.state) != 0);
 }
 
 std::string Connection::errorMessage() const {

@@ -36,6 +36,8 @@ struct ConnectionSetup {
 /// A peer is gone when its half says closed (its Connection was destroyed), its device says
 /// closed, or its process exited (pidfd, checked every few milliseconds while polling).
 /// Bounded queues give kWouldBlock when full. Used by one thread at a time.
+enum class NoticeRoom { kRoom, kFull, kCorrupt };
+
 class Connection final : public transport::Connection {
  public:
   Connection(Device& device, ConnectionSetup setup);
@@ -79,7 +81,12 @@ class Connection final : public transport::Connection {
   void fail(std::string message);
   // Tells the peer we refuse what it did, then fails this end.
   void reject(RejectReason reason, uint32_t length, uint64_t detail, std::string message);
+  // Whether the outgoing notice queue has a free slot (kCorrupt: the peer's head is
+  // impossible; the connection failed).
+  NoticeRoom noticeRoom();
   bool pushNotice(const Notice& notice);
+  // Whether the next incoming notice is there (its slot carries its sequence).
+  bool noticeArrived() const;
   // The peer's writable region named by key, mapped; null with *why set when there is none.
   Segment* targetRegion(const RemoteKey& key, std::string* why);
   bool peerHelloChecked();
@@ -110,10 +117,11 @@ class Connection final : public transport::Connection {
   Ring<PendingRecv> recvs_;
   std::vector<MappedRegion> mapped_;
   // Queue positions, kept here: the shared copies are what the peer reads (and could spoil).
-  uint64_t noticeTail_ = 0;   // next outgoing notice
-  uint64_t messageTail_ = 0;  // next outgoing message
-  uint64_t noticeHead_ = 0;   // next incoming notice
-  uint64_t messageHead_ = 0;  // next incoming message
+  uint64_t noticeTail_ = 0;      // next outgoing notice
+  uint64_t noticeRoomHead_ = 0;  // the peer's notice head as last read (noticeRoom)
+  uint64_t messageTail_ = 0;     // next outgoing message
+  uint64_t noticeHead_ = 0;      // next incoming notice
+  uint64_t messageHead_ = 0;     // next incoming message
   bool failed_ = false;
   bool errorReported_ = false;
   std::string error_;

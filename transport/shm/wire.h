@@ -14,7 +14,7 @@
 
 namespace gs::transport::shm {
 
-inline constexpr uint16_t kWireVersion = 3;
+inline constexpr uint16_t kWireVersion = 4;
 
 /// What Device::address() publishes. Native byte order: it never leaves the host.
 struct AddressBlob {
@@ -52,16 +52,19 @@ struct ControlBlock {
 };
 
 /// A one-sided write landed (kWrite), or the sender of this notice refuses what its peer did
-/// (kReject: the connection fails on both sides).
+/// (kReject: the connection fails on both sides). Its sender writes the fields, then stores
+/// `sequence` (release): the queue position plus one. A receiver polls the next slot's
+/// sequence, so a notice costs it one cache line from the sender's core, not two (a tail word
+/// and the slot): where ranks outnumber cores every poll after a switch pays such misses.
 enum class NoticeKind : uint32_t { kWrite = 1, kReject = 2 };
 enum class RejectReason : uint32_t { kSendTooLong = 1, kBadWrite = 2 };
 struct Notice {
   uint32_t kind;
   uint32_t imm;
   uint32_t length;
-  uint32_t reason;  // kReject: a RejectReason
-  uint64_t detail;  // kReject: the receive buffer's length, or the refused write's offset
-  uint64_t reserved;
+  uint32_t reason;    // kReject: a RejectReason
+  uint64_t detail;    // kReject: the receive buffer's length, or the refused write's offset
+  uint64_t sequence;  // position in the queue + 1 (0: the slot was never written)
 };
 static_assert(sizeof(Notice) == 32);
 
@@ -101,7 +104,6 @@ struct Hello {
 struct Half {
   Hello hello;
   uint32_t closed;  // 1 once the sender's end of the connection is gone
-  alignas(64) uint64_t noticeTail;
   alignas(64) uint64_t noticeHead;
   alignas(64) uint64_t messageTail;
   alignas(64) uint64_t messageHead;

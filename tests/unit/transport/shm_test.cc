@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "tests/unit/transport/test_util.h"
@@ -240,6 +241,46 @@ TEST(ShmTransport, OnlyAllocatedRegionsAreWritableAndSendsAreBounded) {
     EXPECT_NE(ranks[0].peers[1]->errorMessage().find("at most 4096 bytes"), std::string::npos)
         << ranks[0].peers[1]->errorMessage();
   }
+}
+
+// The notice queue's slots carry their sequence (wire.h, Notice): a receiver takes the next
+// notice when its slot holds the expected one, waits while it holds the lap before, and fails
+// naming the peer on anything else, never taking a scribbled slot as a write. (Laps and a full
+// queue: TransportTest.ManyWritesInFlightWithBackPressure.)
+TEST(ShmTransport, AScribbledNoticeSequenceFailsTheReceiverNamingThePeer) {
+  auto ranks = connectRanks("shm", 2);
+  std::vector<uint8_t> src(64, 1);
+  auto rs = ranks[0].device->registerMemory(src.data(), src.size());
+  auto rd = ranks[1].device->allocateRegion(64);
+  LocalSegment seg{rs.get(), 0, 64};
+  Completion got[4];
+  ASSERT_EQ(ranks[0].peers[1]->postWrite({&seg, 1}, rd->remoteKey(), 0, 41, 1), PostResult::kOk);
+  ASSERT_EQ(ranks[1].peers[0]->poll(got), 1u);
+  EXPECT_EQ(got[0].imm, 41u);
+  EXPECT_EQ(ranks[1].peers[0]->poll(got), 0u) << "slot 1 holds nothing yet: no notice";
+  // The connection's segment as a misbehaving rank 0 could write it: made by the dialer (rank
+  // 1, "<its prefix>-c0") and unlinked once both mapped it, so it is found among this
+  // process's mappings (both ranks are threads here). halves[0] is what the lower rank sends.
+  shm::ConnectionBlock* c = nullptr;
+  {
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (c == nullptr && std::getline(maps, line)) {
+      if (line.find("-c0 (deleted)") != std::string::npos)
+        c = reinterpret_cast<shm::ConnectionBlock*>(std::stoull(line, nullptr, 16));
+    }
+  }
+  ASSERT_NE(c, nullptr) << "no mapping of the connection's segment in /proc/self/maps";
+  shm::Notice& next = c->halves[0].notices[1];
+  next.kind = static_cast<uint32_t>(shm::NoticeKind::kWrite);
+  next.imm = 42;
+  std::atomic_ref<uint64_t>(next.sequence).store(7, std::memory_order_release);
+  EXPECT_EQ(ranks[1].peers[0]->poll(got), 1u);
+  EXPECT_EQ(got[0].kind, CompletionKind::kError);
+  EXPECT_NE(ranks[1].peers[0]->errorMessage().find(
+                "peer rank 0 sent an invalid frame: its notice queue is corrupt"),
+            std::string::npos)
+      << ranks[1].peers[0]->errorMessage();
 }
 
 // The small-exchange mailboxes: exchanges alternate between two boxes per direction, a poll
