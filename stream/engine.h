@@ -294,6 +294,10 @@ class Engine {
   bool keptByUser(const Prepared& p) const;
   uint64_t useClock_ = 0;
   std::array<transport::Completion, 64> completions_;
+  // A round's readiness check (Run::checkReadiness): the sockets of its links, and where each
+  // link's entries begin. Scratch, reused by every run.
+  std::vector<pollfd> readinessFds_;
+  std::vector<uint32_t> readinessAt_;
   // Decoders by codec id (decoding depends only on the chunk's bytes) and room for one chunk of
   // reduced values between decode and re-encode.
   std::array<std::unique_ptr<codecs::Codec>, format::kNumCodecIds> decoders_;

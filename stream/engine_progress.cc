@@ -16,6 +16,10 @@ namespace {
 // How long a point-to-point run idles before it returns credits held for announced messages.
 constexpr std::chrono::microseconds kAnnouncedCreditHold(20);
 
+// Runs with this many sockets or more ask the kernel which have data before reading any
+// (Run::checkReadiness).
+constexpr size_t kReadinessMinSockets = 4;
+
 // The idle rounds' clock. Where ranks outnumber cores a waiting rank runs one idle round per
 // turn on its core, and a read of the steady clock per round (vDSO) was a tenth of its own
 // time (4 ranks on 2 cores, 8 B sendrecv over shm, perf). Rounds read the cycle counter
@@ -50,6 +54,28 @@ bool Engine::Run::satisfied(uint32_t begin, uint32_t end) const {
       return false;
   }
   return true;
+}
+
+void Engine::Run::checkReadiness() {
+  std::vector<pollfd>& fds = engine.readinessFds_;
+  std::vector<uint32_t>& at = engine.readinessAt_;
+  fds.clear();
+  at.resize(links.size() + 1);
+  for (size_t li = 0; li < links.size(); ++li) {
+    at[li] = static_cast<uint32_t>(fds.size());
+    links[li].link->connection().appendReadinessFds(fds);
+  }
+  at[links.size()] = static_cast<uint32_t>(fds.size());
+  // Up to three sockets a read each costs no more than the check, and a socket with data then
+  // takes one system call instead of two (2 ranks over tcp, 8 B allreduce: 5.0-5.1 us reading
+  // both sockets, 5.2-5.4 checking first). Failed or interrupted: every socket is read.
+  if (fds.size() < kReadinessMinSockets || ::poll(fds.data(), fds.size(), 0) < 0)
+    return;
+  for (size_t li = 0; li < links.size(); ++li) {
+    if (at[li + 1] > at[li])
+      links[li].link->connection().takeReadiness(
+          std::span<const pollfd>(fds.data() + at[li], at[li + 1] - at[li]));
+  }
 }
 
 bool Engine::Run::pollLink(size_t li) {
@@ -231,10 +257,14 @@ void Engine::Run::execute(uint64_t startNs) {
                             ? engine.spinTime_
                             : std::chrono::microseconds(0);
   const bool batchPosts = bytes <= kPostBatchMaxBytes;
+  // Small calls' rounds are mostly idle polls; a large call's reads mostly find data.
+  const bool checkSockets = bytes <= kPostBatchMaxBytes;
   for (;;) {
     // What this round posts leaves together at its end (tcp: one writev per socket).
     PostBatch batch(links, batchPosts);
     bool progress = false;
+    if (checkSockets)
+      checkReadiness();
     for (size_t li = 0; li < links.size(); ++li)
       progress |= pollLink(li);
     // What may go out goes before this rank copies anything in: a receive can be long (the

@@ -166,6 +166,9 @@ struct Engine::Run {
   // The progress loop (engine_progress.cc): polling, completions, dependencies, deadline.
   bool satisfied(uint32_t begin, uint32_t end) const;
   bool pollLink(size_t li);
+  // One poll(2) over the sockets of every link before a round polls them (transport::
+  // Connection::appendReadinessFds); nothing where no link has sockets.
+  void checkReadiness();
   static bool isLivenessCheck(const Completion& c);
   void onCompletion(size_t li, const Completion& c);
   void onRemoteWrite(size_t li, const Completion& c);

@@ -1,8 +1,11 @@
 #pragma once
 
+#include <poll.h>
+
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "transport/completion.h"
 #include "transport/memory.h"
@@ -79,6 +82,15 @@ class Connection {
 
   /// Why the connection failed; empty while it is healthy.
   virtual std::string errorMessage() const = 0;
+
+  /// Readiness for the next poll(), asked of the kernel for many connections at once. A
+  /// transport whose poll() costs a system call per socket (tcp: a read that mostly finds
+  /// nothing) appends its sockets (events POLLIN); the caller runs one poll(2) over a round's
+  /// sockets and hands each connection its entries back, revents filled, and the next poll()
+  /// reads only the sockets that have something. A poll() without them reads every socket, as
+  /// before. Defaults: nothing to ask (shared memory and verbs poll memory).
+  virtual void appendReadinessFds(std::vector<pollfd>& fds) const { (void)fds; }
+  virtual void takeReadiness(std::span<const pollfd> fds) { (void)fds; }
 
   /// Single copy between processes of one host (shm with cross-memory attach): whether the peer
   /// has shown it can read this process's memory, so a sender may hand it where a payload is

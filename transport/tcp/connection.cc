@@ -397,7 +397,10 @@ void Connection::receive(Channel& ch) {
       ch.aheadEnd -= ch.aheadBegin;
       ch.aheadBegin = 0;
     }
+    if (!ch.mayHaveData)
+      return;
     const size_t direct = ch.state == RecvState::kPayload ? ch.payloadLeft : 0;
+    const size_t asked = direct + (kReadAheadBytes - ch.aheadEnd);
     std::array<asio::mutable_buffer, 2> bufs{
         asio::buffer(ch.payloadAt, direct),
         asio::buffer(ch.ahead.get() + ch.aheadEnd, kReadAheadBytes - ch.aheadEnd)};
@@ -417,6 +420,10 @@ void Connection::receive(Channel& ch) {
     ch.payloadAt += landed;
     ch.payloadLeft -= landed;
     ch.aheadEnd += n - landed;
+    // A short read emptied the socket: another would only say so (a system call per socket
+    // and poll, most of a small message's cost where ranks outnumber cores).
+    if (n < asked)
+      ch.mayHaveData = false;
   }
 }
 
@@ -458,7 +465,33 @@ size_t Connection::poll(std::span<Completion> out) {
       updateEvents(*ch);
     }
   }
+  for (auto& ch : channels_)
+    ch->mayHaveData = true;  // a later poll without a readiness check reads every socket
   return n;
+}
+
+void Connection::appendReadinessFds(std::vector<pollfd>& fds) const {
+  for (const auto& ch : channels_) {
+    const int fd = ch->fd.load(std::memory_order_relaxed);
+    if (fd >= 0 && !ch->closedByPeer)
+      fds.push_back(pollfd{fd, POLLIN, 0});
+  }
+}
+
+void Connection::takeReadiness(std::span<const pollfd> fds) {
+  // The entries appendReadinessFds made, in its order (no poll() ran in between to close a
+  // socket); matched by descriptor all the same.
+  size_t at = 0;
+  for (auto& ch : channels_) {
+    const int fd = ch->fd.load(std::memory_order_relaxed);
+    if (fd < 0 || ch->closedByPeer)
+      continue;
+    while (at < fds.size() && fds[at].fd != fd)
+      ++at;
+    if (at == fds.size())
+      return;
+    ch->mayHaveData = fds[at].revents != 0;
+  }
 }
 
 std::string Connection::errorMessage() const {

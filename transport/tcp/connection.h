@@ -51,6 +51,9 @@ class Connection final : public transport::Connection {
   void endPostBatch() override;
   std::string errorMessage() const override;
 
+  void appendReadinessFds(std::vector<pollfd>& fds) const override;
+  void takeReadiness(std::span<const pollfd> fds) override;
+
   /// TCP_INFO of every live socket: the largest rtt, summed retransmits and cwnd.
   bool linkInfo(transport::LinkInfo* out) const override;
 
@@ -97,6 +100,9 @@ class Connection final : public transport::Connection {
     size_t payloadLeft = 0;
     Completion landing{};       // reported when the payload is complete
     bool closedByPeer = false;  // end of file seen between frames
+    // Whether a read may find bytes: false once a read came back short (the socket is
+    // drained) or a readiness check said nothing is there; true again after each poll().
+    bool mayHaveData = true;
   };
 
   PostResult enqueue(const SendOp& op);

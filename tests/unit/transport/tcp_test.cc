@@ -161,6 +161,55 @@ struct RawRank1 {
   std::unique_ptr<Connection> conn;
 };
 
+// Readiness (transport::Connection::appendReadinessFds / takeReadiness): the engine asks the
+// kernel about a round's sockets in one poll(2), and a poll() then reads only the sockets said
+// to have something. A frame waiting on a socket the check called empty stays there until a
+// poll() without a check (or with one that sees it) reads it; nothing is lost either way.
+TEST(TcpTransport, APollAfterAReadinessCheckReadsOnlyTheSocketsItNamed) {
+  auto ranks = connectRanks("tcp", 2);
+  std::vector<uint8_t> src(64, 7);
+  auto rs = ranks[0].device->registerMemory(src.data(), src.size());
+  auto rd = ranks[1].device->allocateRegion(64);
+  LocalSegment seg{rs.get(), 0, 64};
+  Connection& in = *ranks[1].peers[0];
+  std::vector<pollfd> fds;
+  in.appendReadinessFds(fds);
+  ASSERT_EQ(fds.size(), 2u) << "GS_TCP_SOCKETS' default: two sockets per peer";
+  for (const pollfd& p : fds)
+    EXPECT_EQ(p.events, POLLIN);
+  ASSERT_EQ(ranks[0].peers[1]->postWrite({&seg, 1}, rd->remoteKey(), 0, 5, 1), PostResult::kOk);
+  Completion got[4];
+  (void)ranks[0].peers[1]->poll(got);  // flushes the write
+  ASSERT_GT(::poll(fds.data(), fds.size(), 5000), 0) << "the frame never reached a socket";
+  std::vector<pollfd> saidEmpty = fds;
+  for (pollfd& p : saidEmpty)
+    p.revents = 0;
+  in.takeReadiness(saidEmpty);
+  EXPECT_EQ(in.poll(got), 0u) << "a socket the check called empty was read";
+  // What poll(2) sees: the socket with the frame (again until the whole frame is there).
+  auto until = std::chrono::steady_clock::now() + 5s;
+  size_t n = 0;
+  while (n == 0 && std::chrono::steady_clock::now() < until) {
+    ASSERT_GE(::poll(fds.data(), fds.size(), 100), 0);
+    in.takeReadiness(fds);
+    n = in.poll(got);
+  }
+  ASSERT_EQ(n, 1u) << in.errorMessage();
+  EXPECT_EQ(got[0].kind, CompletionKind::kRemoteWrite);
+  EXPECT_EQ(got[0].imm, 5u);
+  const auto* landed = static_cast<const uint8_t*>(rd->data());
+  EXPECT_EQ(std::vector<uint8_t>(landed, landed + src.size()), src);
+  // And a poll() with no check reads every socket, as always.
+  ASSERT_EQ(ranks[0].peers[1]->postWrite({&seg, 1}, rd->remoteKey(), 0, 6, 2), PostResult::kOk);
+  (void)ranks[0].peers[1]->poll(got);
+  until = std::chrono::steady_clock::now() + 5s;
+  n = 0;
+  while (n == 0 && std::chrono::steady_clock::now() < until)
+    n = in.poll(got);
+  ASSERT_EQ(n, 1u) << in.errorMessage();
+  EXPECT_EQ(got[0].imm, 6u);
+}
+
 TEST(TcpTransport, GarbageOnListenerIsRejectedAndPeersStillConnect) {
   const uint64_t fabric = freshFabricId();
   RankSetup setup;
