@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -240,6 +241,20 @@ class Engine {
   // The small-collective path (engine_small.cc): whether this call takes it, and the run.
   bool takesSmallExchange(const CollectiveArgs& args) const;
   void runSmall(const CollectiveArgs& args, uint32_t id, uint64_t startNs);
+  void runSmallAllReduce(const CollectiveArgs& args, uint32_t id, uint64_t startNs);
+  // Links to these peers, made now where missing (a small call's peers, every rank alike).
+  void makeSmallLinks(std::span<const int> peers, const CollectiveArgs& args, uint32_t bytes);
+  // This call's exchange with one peer: posted, and waited for (a mismatch, a peer's failure,
+  // an abort or the deadline raises, naming the peer); arrivals in smallArrivals_.
+  void postSmallTo(int peer, uint64_t tag, const void* data, uint32_t bytes);
+  void awaitSmall(std::span<const int> from,
+                  const CollectiveArgs& args,
+                  uint32_t id,
+                  uint64_t tag,
+                  uint32_t bytes,
+                  uint64_t startNs);
+  // The call's figures in stats_ and the links' counters: one block to and from each peer.
+  void countSmall(std::span<const int> peers, uint32_t bytes, uint64_t startNs);
   FailureNotice smallExchangePeerNotice(Link& link, uint32_t bytes);
   // Every pair of ranks shares memory (setSmallExchangeGroup).
   bool smallGroup_ = false;
@@ -247,6 +262,7 @@ class Engine {
   std::vector<uint64_t> smallSequences_;
   std::vector<transport::SmallArrival> smallArrivals_;
   std::vector<uint8_t> smallScratch_;
+  std::vector<int> smallPeers_;
   void registerOnLinkDevices(Prepared& p);
   void connectMissingPeers(const Plan& plan, CollectiveKind kind);
   void addDevice(transport::Device& device);

@@ -149,55 +149,49 @@ bool Engine::takesSmallExchange(const CollectiveArgs& args) const {
   // reduce-scatter gained (4 ranks: 4.5-5.0 against 4.7-5.3, 4.5-4.7 against 6.9-7.2, 4.7
   // against 5.5-7.2 us). Decided on what every rank knows alike (the call, the rank count, the
   // communicator's transports), never on links that exist here but not yet elsewhere.
-  if (!smallGroup_ || args.kind == CollectiveKind::kReduce ||
-      args.kind == CollectiveKind::kAllReduce) {
+  if (!smallGroup_ || args.kind == CollectiveKind::kReduce)
     return false;
-  }
+  // An allreduce swaps the whole buffer with one partner per round (runSmallAllReduce).
+  if (args.kind == CollectiveKind::kAllReduce)
+    return bytes <= static_cast<uint64_t>(config_.shmSmallBytes);
   return bytes * static_cast<size_t>(nranks_ - 1) <= static_cast<uint64_t>(config_.shmSmallBytes);
 }
 
-void Engine::runSmall(const CollectiveArgs& args, uint32_t id, uint64_t startNs) {
-  lastAlgorithm_ = "small_exchange";
-  const size_t esize = elementSize(args.dtype);
-  const auto bytes = static_cast<uint32_t>(args.count * esize);
-  const auto n = static_cast<size_t>(nranks_);
-  const uint64_t tag = smallTag(args, id);
-  // Every peer's link (more than two ranks: made now where no schedule made it yet; every rank
-  // takes this path for this call, so each pair makes its link together).
+void Engine::makeSmallLinks(std::span<const int> peers,
+                            const CollectiveArgs& args,
+                            uint32_t bytes) {
+  // Made now where no schedule made them yet: every rank takes this path for this call, so
+  // each pair makes its link together.
   std::vector<int> missing;
-  for (int p = 0; p < nranks_; ++p) {
-    if (p != rank_ && links_[p] == nullptr)
+  for (int p : peers) {
+    if (links_[p] == nullptr)
       missing.push_back(p);
   }
-  if (!missing.empty()) {
-    GS_CHECK(linkMaker_, Errc::kInternal, "no connection to rank %d for a small %s",
-             missing.front(), collectiveName(args.kind));
-    linkMaker_(missing);
-    // Links made now are shm like the others (setSmallExchangeGroup); checked once, here.
-    for (int p : missing) {
-      GS_CHECK(links_[p] != nullptr && links_[p]->connected() &&
-                   links_[p]->connection().smallExchangeBytes() >= bytes,
-               Errc::kInternal, "the link to rank %d has no %u-byte mailbox", p, bytes);
-    }
+  if (missing.empty())
+    return;
+  GS_CHECK(linkMaker_, Errc::kInternal, "no connection to rank %d for a small %s", missing.front(),
+           collectiveName(args.kind));
+  linkMaker_(missing);
+  // Links made now are shm like the others (setSmallExchangeGroup); checked once, here.
+  for (int p : missing) {
+    GS_CHECK(links_[p] != nullptr && links_[p]->connected() &&
+                 links_[p]->connection().smallExchangeBytes() >= bytes,
+             Errc::kInternal, "the link to rank %d has no %u-byte mailbox", p, bytes);
   }
-  // Blocks of a reduce-scatter's or all-to-all's send buffer, of an allgather's or all-to-all's
-  // receive buffer, by rank.
-  const auto* send = static_cast<const uint8_t*>(args.send);
-  auto* recv = static_cast<uint8_t*>(args.recv);
-  const bool blocksOut =
-      args.kind == CollectiveKind::kReduceScatter || args.kind == CollectiveKind::kAllToAll;
-  const uint8_t* mine = blocksOut ? send + static_cast<size_t>(rank_) * bytes : send;
-  smallSequences_.assign(n, 0);
-  smallArrivals_.assign(n, transport::SmallArrival{});
-  // The next rank first: the ranks' first posts go to different peers.
-  for (size_t k = 1; k < n; ++k) {
-    const auto p = static_cast<size_t>((static_cast<size_t>(rank_) + k) % n);
-    Link& link = *links_[p];
-    smallSequences_[p] = ++link.smallSequence;
-    link.connection().postSmall(smallSequences_[p], tag, blocksOut ? send + p * bytes : send,
-                                bytes);
-  }
+}
 
+void Engine::postSmallTo(int peer, uint64_t tag, const void* data, uint32_t bytes) {
+  Link& link = *links_[peer];
+  smallSequences_[static_cast<size_t>(peer)] = ++link.smallSequence;
+  link.connection().postSmall(link.smallSequence, tag, data, bytes);
+}
+
+void Engine::awaitSmall(std::span<const int> from,
+                        const CollectiveArgs& args,
+                        uint32_t id,
+                        uint64_t tag,
+                        uint32_t bytes,
+                        uint64_t startNs) {
   // As Run::raise: the peers are told, and the error names the rank at fault.
   const auto raise = [&](const FailureNotice& notice, int peer) {
     raiseNotice(args.kind, id, notice, peer);
@@ -207,21 +201,25 @@ void Engine::runSmall(const CollectiveArgs& args, uint32_t id, uint64_t startNs)
   };
   const auto begin = Clock::time_point(std::chrono::nanoseconds(startNs));
   const auto timeout = std::chrono::milliseconds(config_.timeoutMs);
-  size_t pending = n - 1;
-  size_t next = 0;  // the lowest rank whose block may still be missing
-  // The clock is read once in 64 polls (a poll is a few ns while the peers are on their cores).
+  size_t pending = from.size();
+  size_t next = 0;  // from[next] is the first peer whose block may still be missing
+  // The clock is read once in 64 polls (a poll is a few ns while the peers are on their cores),
+  // or at every poll where ranks outnumber cores: there each idle poll gives the core away
+  // (yieldAfter_ 0), and 64 polls spinning first held the core the peer needed.
+  const uint32_t clockEvery = yieldAfter_.count() == 0 ? 1 : 64;
   for (uint32_t polls = 1; pending > 0; ++polls) {
     // A peer's failure is raised after the round: a mismatch this rank finds in another
     // peer's mailbox is the cause itself (more than two ranks: the peer that failed may only
     // have found the same mismatch, and its notice may not come in time).
     int failedPeer = -1;
-    for (size_t p = next; p < n; ++p) {
-      if (p == static_cast<size_t>(rank_) || smallArrivals_[p].data != nullptr)
+    for (size_t i = next; i < from.size(); ++i) {
+      const int peer = from[i];
+      transport::SmallArrival& arrival = smallArrivals_[static_cast<size_t>(peer)];
+      if (arrival.data != nullptr)
         continue;
-      const int peer = static_cast<int>(p);
-      Link& link = *links_[p];
-      transport::SmallArrival& arrival = smallArrivals_[p];
-      const transport::SmallPoll state = link.connection().pollSmall(smallSequences_[p], &arrival);
+      Link& link = *links_[peer];
+      const transport::SmallPoll state =
+          link.connection().pollSmall(smallSequences_[static_cast<size_t>(peer)], &arrival);
       if (state == transport::SmallPoll::kFailed)
         failWith(Errc::kRemote, peer, link.connection().errorMessage());
       if (arrival.data != nullptr && (arrival.tag != tag || arrival.bytes != bytes)) {
@@ -239,20 +237,20 @@ void Engine::runSmall(const CollectiveArgs& args, uint32_t id, uint64_t startNs)
     }
     if (failedPeer >= 0)
       raise(smallExchangePeerNotice(*links_[failedPeer], bytes), failedPeer);
-    while (next < n && (next == static_cast<size_t>(rank_) || smallArrivals_[next].data != nullptr))
+    while (next < from.size() && smallArrivals_[static_cast<size_t>(from[next])].data != nullptr)
       ++next;
     if (pending == 0)
       break;
     if (abortFlag_.load(std::memory_order_relaxed))
       failWith(Errc::kAborted, rank_, "communicator aborted");
-    if (polls % 64 != 0)
+    if (polls % clockEvery != 0)
       continue;
     const auto now = Clock::now();
     const auto waited = now - begin;
     if (waited > timeout) {
-      failWith(Errc::kTimeout, static_cast<int>(next),
-               formatString("rank %zu sent nothing for this %s (%u bytes) within %lld ms", next,
-                            collectiveName(args.kind), bytes,
+      failWith(Errc::kTimeout, from[next],
+               formatString("rank %d sent nothing for this %s (%u bytes) within %lld ms",
+                            from[next], collectiveName(args.kind), bytes,
                             static_cast<long long>(config_.timeoutMs)));
     }
     // The chunk protocol's waiting (Run::execute): spin, yield once past yieldAfter_ (ranks
@@ -265,6 +263,35 @@ void Engine::runSmall(const CollectiveArgs& args, uint32_t id, uint64_t startNs)
       std::this_thread::yield();
     }
   }
+}
+
+void Engine::runSmall(const CollectiveArgs& args, uint32_t id, uint64_t startNs) {
+  if (args.kind == CollectiveKind::kAllReduce)
+    return runSmallAllReduce(args, id, startNs);
+  lastAlgorithm_ = "small_exchange";
+  const size_t esize = elementSize(args.dtype);
+  const auto bytes = static_cast<uint32_t>(args.count * esize);
+  const auto n = static_cast<size_t>(nranks_);
+  const uint64_t tag = smallTag(args, id);
+  // Every peer, the next rank first: the ranks' first posts go to different peers.
+  smallPeers_.clear();
+  for (size_t k = 1; k < n; ++k)
+    smallPeers_.push_back(static_cast<int>((static_cast<size_t>(rank_) + k) % n));
+  makeSmallLinks(smallPeers_, args, bytes);
+  // Blocks of a reduce-scatter's or all-to-all's send buffer, of an allgather's or all-to-all's
+  // receive buffer, by rank.
+  const auto* send = static_cast<const uint8_t*>(args.send);
+  auto* recv = static_cast<uint8_t*>(args.recv);
+  const bool blocksOut =
+      args.kind == CollectiveKind::kReduceScatter || args.kind == CollectiveKind::kAllToAll;
+  const uint8_t* mine = blocksOut ? send + static_cast<size_t>(rank_) * bytes : send;
+  smallSequences_.assign(n, 0);
+  smallArrivals_.assign(n, transport::SmallArrival{});
+  for (int p : smallPeers_)
+    postSmallTo(p, tag, blocksOut ? send + static_cast<size_t>(p) * bytes : send, bytes);
+  // Waited for in rank order (a timeout names the lowest rank still missing).
+  std::sort(smallPeers_.begin(), smallPeers_.end());
+  awaitSmall(smallPeers_, args, id, tag, bytes, startNs);
   switch (args.kind) {
     case CollectiveKind::kAllGather:
     case CollectiveKind::kAllToAll: {
@@ -298,14 +325,17 @@ void Engine::runSmall(const CollectiveArgs& args, uint32_t id, uint64_t startNs)
     }
   }
 
+  countSmall(smallPeers_, bytes, startNs);
+}
+
+void Engine::countSmall(std::span<const int> peers, uint32_t bytes, uint64_t startNs) {
   const uint64_t endNs = nowNs();
-  stats_.chunksSent = stats_.chunksReceived = n - 1;
-  stats_.bytesSent = stats_.bytesLogical = static_cast<uint64_t>(bytes) * (n - 1);
+  stats_.chunksSent = stats_.chunksReceived = peers.size();
+  stats_.bytesSent = stats_.bytesLogical = static_cast<uint64_t>(bytes) * peers.size();
   stats_.elapsedNs = endNs - startNs;
-  for (size_t p = 0; p < n; ++p) {
-    if (p == static_cast<size_t>(rank_))
-      continue;
-    Link& link = *links_[p];
+  for (int peer : peers) {
+    const auto p = static_cast<size_t>(peer);
+    Link& link = *links_[peer];
     link.goodputBytes += bytes;
     link.goodputBusyNs += endNs - startNs;
     monitoring::LinkCounters* counters = p < counters_.size() ? counters_[p] : nullptr;
@@ -316,6 +346,67 @@ void Engine::runSmall(const CollectiveArgs& args, uint32_t id, uint64_t startNs)
       counters->addBusyTime(endNs - startNs);
     }
   }
+}
+
+void Engine::runSmallAllReduce(const CollectiveArgs& args, uint32_t id, uint64_t startNs) {
+  lastAlgorithm_ = "small_exchange";
+  const auto bytes = static_cast<uint32_t>(args.count * elementSize(args.dtype));
+  const uint64_t tag = smallTag(args, id);
+  // Recursive doubling through the mailboxes: log2 of the largest power of two p <= n rounds,
+  // in round k each rank swapping its partial result with rank ^ 2^k. Ranks p..n-1 first hand
+  // their value to rank - p and get the result back at the end (one post each way: the
+  // mailboxes' reuse rule holds, each direction of a pair carries one exchange per call).
+  int pow2 = 1;
+  while (pow2 * 2 <= nranks_)
+    pow2 *= 2;
+  const int extra = nranks_ - pow2;
+  const int folded = rank_ >= pow2 ? rank_ - pow2 : rank_ < extra ? rank_ + pow2 : -1;
+  smallPeers_.clear();
+  if (folded >= 0)
+    smallPeers_.push_back(folded);
+  if (rank_ < pow2) {
+    for (int mask = 1; mask < pow2; mask <<= 1)
+      smallPeers_.push_back(rank_ ^ mask);
+  }
+  makeSmallLinks(smallPeers_, args, bytes);
+  const auto n = static_cast<size_t>(nranks_);
+  smallSequences_.assign(n, 0);
+  smallArrivals_.assign(n, transport::SmallArrival{});
+  const auto* send = static_cast<const uint8_t*>(args.send);
+  auto* recv = static_cast<uint8_t*>(args.recv);
+  const auto theirs = [&](int peer) { return smallArrivals_[static_cast<size_t>(peer)].data; };
+  const auto exchange = [&](int peer) { awaitSmall({&peer, 1}, args, id, tag, bytes, startNs); };
+  if (rank_ >= pow2) {
+    postSmallTo(folded, tag, send, bytes);
+    exchange(folded);
+    std::memcpy(recv, theirs(folded), bytes);
+  } else {
+    // Each combination is op(lower ranks' value, higher ranks' value) on both ranks of a pair,
+    // so every rank ends with the same bits.
+    const uint8_t* value = send;
+    if (folded >= 0) {
+      // Its value comes first, our post (the result) at the end: this call's exchange on the
+      // pair is the next sequence either way.
+      smallSequences_[static_cast<size_t>(folded)] = links_[folded]->smallSequence + 1;
+      exchange(folded);
+      codecs::reduceInto(args.dtype, args.op, recv, value, theirs(folded), args.count);
+      value = recv;
+    }
+    for (size_t i = folded >= 0 ? 1 : 0; i < smallPeers_.size(); ++i) {
+      const int peer = smallPeers_[i];
+      postSmallTo(peer, tag, value, bytes);
+      exchange(peer);
+      if (rank_ < peer)
+        codecs::reduceInto(args.dtype, args.op, recv, value, theirs(peer), args.count);
+      else
+        codecs::reduceInto(args.dtype, args.op, recv, theirs(peer), value, args.count);
+      value = recv;
+    }
+    codecs::finalizeAverage(args.dtype, args.op, recv, args.count, nranks_);
+    if (folded >= 0)
+      postSmallTo(folded, tag, recv, bytes);
+  }
+  countSmall(smallPeers_, bytes, startNs);
 }
 
 }  // namespace gs::stream

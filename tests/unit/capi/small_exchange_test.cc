@@ -1,8 +1,8 @@
 // The small-collective path (ranks of one host over shm, blocks swapped through the
 // connections' mailboxes while what a rank posts in all is at most GS_SHM_SMALL_BYTES,
 // stream/engine_small.cc): the same bits as the chunk protocol for allreduce, reduce (2 ranks),
-// reduce-scatter, allgather and all-to-all, every dtype and op, in and out of place, for 2, 3
-// and 4 ranks; calls that differ between the ranks fail on all, promptly, naming the peer.
+// reduce-scatter, allgather and all-to-all, every dtype and op, in and out of place, for 2 to 6
+// ranks; calls that differ between the ranks fail on all, promptly, naming the peer.
 // Ranks are threads over real shm connections.
 #include <chrono>
 #include <cstdlib>
@@ -67,8 +67,8 @@ std::vector<Case> cases(int nranks) {
         if (!reduces(k) && op != GS_SUM)
           continue;
         // One element, odd counts, the largest block that fits (a rank posts one per peer: 16
-        // KiB in all) and one element more.
-        const size_t largest = 16384 / e / peers;
+        // KiB in all; an allreduce the whole buffer to one partner at a time) and one more.
+        const size_t largest = 16384 / e / (k == Kind::kAllReduce ? 1 : peers);
         for (size_t count : {size_t{1}, size_t{3}, 1001 / e, largest, largest + 1})
           out.push_back({k, t, op, count});
       }
@@ -77,11 +77,14 @@ std::vector<Case> cases(int nranks) {
   return out;
 }
 
-// Whether the case takes the mailboxes: all it posts fits, and (more than 2 ranks) it sends
-// one block per peer (not a reduce, whose root alone would wait, nor an allreduce).
+// Whether the case takes the mailboxes: all it posts fits, and (more than 2 ranks) it is not
+// a reduce, whose root alone would wait. An allreduce posts its whole buffer to one partner
+// per round (recursive doubling), the others a block to every peer.
 bool fitsMailboxes(const Case& c, int nranks) {
-  return c.count * dtypeSize(c.dtype) * static_cast<size_t>(nranks - 1) <= 16384 &&
-         (nranks == 2 || (!rooted(c.kind) && c.kind != Kind::kAllReduce));
+  const size_t bytes = c.count * dtypeSize(c.dtype);
+  if (c.kind == Kind::kAllReduce)
+    return bytes <= 16384;
+  return bytes * static_cast<size_t>(nranks - 1) <= 16384 && (nranks == 2 || !rooted(c.kind));
 }
 
 // Random bits, but finite floats. Two ranks: of moderate size (products of two stay finite).
@@ -217,10 +220,12 @@ TEST(SmallExchange, GivesTheChunkProtocolsBitsForEveryCollectiveDtypeOpAndSize) 
 }
 
 // More ranks post a block to every peer's mailbox and wait for all of theirs (reduce-scatter
-// reduces in rank order); reduce and allreduce keep the chunks.
-TEST(SmallExchange, ThreeAndFourRanksGiveTheChunkProtocolsBits) {
-  expectSameBitsAsTheChunks(3);
-  expectSameBitsAsTheChunks(4);
+// reduces in rank order), an allreduce swaps with one partner per round (recursive doubling;
+// ranks past the largest power of two hand their value to a partner first and get the result
+// back: 3, 5 and 6 ranks); reduce keeps the chunks.
+TEST(SmallExchange, ThreeToSixRanksGiveTheChunkProtocolsBits) {
+  for (int n : {3, 4, 5, 6})
+    expectSameBitsAsTheChunks(n);
 }
 
 // Both ranks run body(rank, comm); each call's status and message, and how long it all took.
@@ -364,6 +369,27 @@ TEST(SmallExchange, AThirdRankThatCallsDifferentlyFailsEveryRankNamingIt) {
   // rank 2 (its own words: "rank 0 called with 2, rank 2 with 3").
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(g.status[r], GS_ERR_INVALID_ARGUMENT) << "rank " << r << ": " << g.message[r];
+    EXPECT_NE(g.message[r].find("count differs between ranks"), std::string::npos)
+        << "rank " << r << ": " << g.message[r];
+    EXPECT_NE(g.message[r].find("rank 2"), std::string::npos)
+        << "rank " << r << ": " << g.message[r];
+  }
+  EXPECT_LT(g.seconds, 4.0);
+}
+
+// Recursive doubling on 3 ranks: rank 2 hands its value to rank 0 only; rank 1 swaps with
+// rank 0. Rank 2 calling with another count fails rank 0 on its mailbox and rank 1, which
+// never hears from rank 2, through rank 0's notice; each names rank 2.
+TEST(SmallExchange, AnAllReduceWhoseFoldedRankCallsDifferentlyFailsEveryRankNamingIt) {
+  const GroupOutcome g = runGroup(3, 20000, [](int rank, gs_comm_t comm) {
+    float v[3] = {1, 2, 3};
+    return gs_allreduce(v, v, rank == 2 ? 3 : 2, GS_FLOAT32, GS_SUM, comm, nullptr);
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(g.status[r] == GS_ERR_INVALID_ARGUMENT || g.status[r] == GS_ERR_REMOTE)
+        << "rank " << r << ": " << gs_status_string(g.status[r]) << " " << g.message[r];
+  }
+  for (int r = 0; r < 2; ++r) {
     EXPECT_NE(g.message[r].find("count differs between ranks"), std::string::npos)
         << "rank " << r << ": " << g.message[r];
     EXPECT_NE(g.message[r].find("rank 2"), std::string::npos)
