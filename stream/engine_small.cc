@@ -15,6 +15,7 @@
 // (Engine::Run::checkPeerNotInSmallExchange).
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "codecs/reduce.h"
@@ -100,31 +101,47 @@ bool symmetricExchange(const CollectiveArgs& args) {
 // when none comes.
 FailureNotice Engine::smallExchangePeerNotice(Link& link, uint32_t bytes) {
   const int peer = link.peer();
+  // What the flag alone tells.
+  const auto failedBefore = [&] {
+    return FailureNotice{
+        Errc::kRemote, peer, rank_,
+        formatString("rank %d failed before its part of this %u-byte exchange", peer, bytes)};
+  };
+  // The notice, the connection's error, or nothing yet (the rest of a call that is failing).
+  const auto noticeIn = [&](const transport::Completion& c) -> std::optional<FailureNotice> {
+    if (c.kind == transport::CompletionKind::kError)
+      return FailureNotice{Errc::kRemote, peer, rank_, link.connection().errorMessage()};
+    if (c.kind != transport::CompletionKind::kRemoteWrite || immTag(c.imm) != ImmTag::kAbort)
+      return std::nullopt;
+    link.abortReceived = true;
+    if (c.length > 0) {
+      if (auto notice = decodeNotice(link.notice(),
+                                     std::min<size_t>(c.length, SlotLayout::kNoticeBytes), nranks_))
+        return notice;
+    }
+    return failedBefore();
+  };
+  // A peer that failed at once may have sent its notice while this rank was still setting the
+  // link up, which kept it aside (Link::earlyCompletions): 3 ranks, the peer failing on its
+  // folded partner's count before this rank's init returned.
+  std::vector<transport::Completion> early;
+  early.swap(link.earlyCompletions);
+  for (const transport::Completion& c : early) {
+    if (auto notice = noticeIn(c))
+      return *notice;
+  }
   const Deadline until = Deadline::after(std::chrono::milliseconds(200));
   transport::Completion sink[16];
   while (!until.expired()) {
     const size_t n = link.connection().poll(sink);
     for (size_t i = 0; i < n; ++i) {
-      const transport::Completion& c = sink[i];
-      if (c.kind == transport::CompletionKind::kError)
-        return FailureNotice{Errc::kRemote, peer, rank_, link.connection().errorMessage()};
-      if (c.kind != transport::CompletionKind::kRemoteWrite || immTag(c.imm) != ImmTag::kAbort)
-        continue;  // the rest of a call that is failing
-      link.abortReceived = true;
-      if (c.length > 0) {
-        if (auto notice = decodeNotice(
-                link.notice(), std::min<size_t>(c.length, SlotLayout::kNoticeBytes), nranks_)) {
-          return *notice;
-        }
-      }
-      break;
+      if (auto notice = noticeIn(sink[i]))
+        return *notice;
     }
     if (n == 0)
       waitForActivity(std::chrono::microseconds(1000));
   }
-  return FailureNotice{
-      Errc::kRemote, peer, rank_,
-      formatString("rank %d failed before its part of this %u-byte exchange", peer, bytes)};
+  return failedBefore();
 }
 
 bool Engine::takesSmallExchange(const CollectiveArgs& args) const {

@@ -248,13 +248,10 @@ TEST(ShmTransport, OnlyAllocatedRegionsAreWritableAndSendsAreBounded) {
 // naming the peer on anything else, never taking a scribbled slot as a write. (Laps and a full
 // queue: TransportTest.ManyWritesInFlightWithBackPressure.)
 TEST(ShmTransport, AScribbledNoticeSequenceFailsTheReceiverNamingThePeer) {
-  auto ranks = connectRanks("shm", 2);
-  std::vector<uint8_t> src(64, 1);
-  auto rs = ranks[0].device->registerMemory(src.data(), src.size());
-  auto rd = ranks[1].device->allocateRegion(64);
-  LocalSegment seg{rs.get(), 0, 64};
+  OneWayPair pair("shm", 64, 1);
+  auto& ranks = pair.ranks;
   Completion got[4];
-  ASSERT_EQ(ranks[0].peers[1]->postWrite({&seg, 1}, rd->remoteKey(), 0, 41, 1), PostResult::kOk);
+  ASSERT_EQ(pair.write(41, 1), PostResult::kOk);
   ASSERT_EQ(ranks[1].peers[0]->poll(got), 1u);
   EXPECT_EQ(got[0].imm, 41u);
   EXPECT_EQ(ranks[1].peers[0]->poll(got), 0u) << "slot 1 holds nothing yet: no notice";

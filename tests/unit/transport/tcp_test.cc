@@ -166,18 +166,15 @@ struct RawRank1 {
 // to have something. A frame waiting on a socket the check called empty stays there until a
 // poll() without a check (or with one that sees it) reads it; nothing is lost either way.
 TEST(TcpTransport, APollAfterAReadinessCheckReadsOnlyTheSocketsItNamed) {
-  auto ranks = connectRanks("tcp", 2);
-  std::vector<uint8_t> src(64, 7);
-  auto rs = ranks[0].device->registerMemory(src.data(), src.size());
-  auto rd = ranks[1].device->allocateRegion(64);
-  LocalSegment seg{rs.get(), 0, 64};
+  OneWayPair pair("tcp", 64, 7);
+  auto& ranks = pair.ranks;
   Connection& in = *ranks[1].peers[0];
   std::vector<pollfd> fds;
   in.appendReadinessFds(fds);
   ASSERT_EQ(fds.size(), 2u) << "GS_TCP_SOCKETS' default: two sockets per peer";
   for (const pollfd& p : fds)
     EXPECT_EQ(p.events, POLLIN);
-  ASSERT_EQ(ranks[0].peers[1]->postWrite({&seg, 1}, rd->remoteKey(), 0, 5, 1), PostResult::kOk);
+  ASSERT_EQ(pair.write(5, 1), PostResult::kOk);
   Completion got[4];
   (void)ranks[0].peers[1]->poll(got);  // flushes the write
   ASSERT_GT(::poll(fds.data(), fds.size(), 5000), 0) << "the frame never reached a socket";
@@ -197,10 +194,10 @@ TEST(TcpTransport, APollAfterAReadinessCheckReadsOnlyTheSocketsItNamed) {
   ASSERT_EQ(n, 1u) << in.errorMessage();
   EXPECT_EQ(got[0].kind, CompletionKind::kRemoteWrite);
   EXPECT_EQ(got[0].imm, 5u);
-  const auto* landed = static_cast<const uint8_t*>(rd->data());
-  EXPECT_EQ(std::vector<uint8_t>(landed, landed + src.size()), src);
+  const auto* landed = static_cast<const uint8_t*>(pair.rd->data());
+  EXPECT_EQ(std::vector<uint8_t>(landed, landed + pair.src.size()), pair.src);
   // And a poll() with no check reads every socket, as always.
-  ASSERT_EQ(ranks[0].peers[1]->postWrite({&seg, 1}, rd->remoteKey(), 0, 6, 2), PostResult::kOk);
+  ASSERT_EQ(pair.write(6, 2), PostResult::kOk);
   (void)ranks[0].peers[1]->poll(got);
   until = std::chrono::steady_clock::now() + 5s;
   n = 0;

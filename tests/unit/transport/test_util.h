@@ -97,6 +97,24 @@ inline std::vector<Rank> connectRanks(const std::string& backend,
   return ranks;
 }
 
+/// Two connected ranks and the ends of a small write from rank 0 to rank 1: `bytes` of `fill`
+/// registered on rank 0 (seg) and a region of that size on rank 1 (rd).
+struct OneWayPair {
+  OneWayPair(const std::string& backend, size_t bytes, uint8_t fill)
+      : ranks(connectRanks(backend, 2)),
+        src(bytes, fill),
+        rs(ranks[0].device->registerMemory(src.data(), src.size())),
+        rd(ranks[1].device->allocateRegion(bytes)),
+        seg{rs.get(), 0, bytes} {}
+  PostResult write(uint32_t imm, WorkId id) {
+    return ranks[0].peers[1]->postWrite({&seg, 1}, rd->remoteKey(), 0, imm, id);
+  }
+  std::vector<Rank> ranks;
+  std::vector<uint8_t> src;
+  std::unique_ptr<MemoryRegion> rs, rd;
+  LocalSegment seg;
+};
+
 /// Polls every connection of every rank until done() or the time limit, collecting completions
 /// into Rank::completions. Returns done().
 inline bool pump(std::vector<Rank>& ranks,
