@@ -241,7 +241,7 @@ void Engine::notifyPeers(const FailureNotice& notice) noexcept {
     if (link == nullptr || !link->connected())
       continue;
     // A peer waiting in a small exchange polls its mailbox, not the connection's notices.
-    link->connection().postSmallFailure();
+    link->connection().postSmallFailure(link->smallSequenceDone);
     // The cause goes into the peer's notice page, the abort message names the rank at fault
     // (all a peer has if the notice cannot be read). Best effort: a full queue or a dead
     // connection just means this peer learns by timeout.

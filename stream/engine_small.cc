@@ -353,6 +353,7 @@ void Engine::countSmall(std::span<const int> peers, uint32_t bytes, uint64_t sta
   for (int peer : peers) {
     const auto p = static_cast<size_t>(peer);
     Link& link = *links_[peer];
+    link.smallSequenceDone = link.smallSequence;
     link.goodputBytes += bytes;
     link.goodputBusyNs += endNs - startNs;
     monitoring::LinkCounters* counters = p < counters_.size() ? counters_[p] : nullptr;

@@ -139,6 +139,9 @@ class Link {
 
   /// The latest small exchange posted on this link (transport::Connection::postSmall).
   uint64_t smallSequence = 0;
+  // The last of them whose call completed here (Engine::countSmall): a failure after it
+  // leaves the peer those (transport::Connection::postSmallFailure).
+  uint64_t smallSequenceDone = 0;
 
   bool byeReceived = false;
   bool abortReceived = false;  // the peer sent an abort message (Engine::notifyPeers waits for it)

@@ -37,9 +37,9 @@ struct LinkInfo {
 enum class SmallPoll {
   kPending,     // not there yet
   kArrived,     // *out describes it (its tag and length are the peer's: compare them)
-  kPeerFailed,  // the peer said it failed (postSmallFailure); *out describes its part if that
-                // came first (data non-null): a mismatch found there is the cause
-  kFailed,      // the connection failed (errorMessage() says why)
+  kPeerFailed,  // the peer failed in this exchange (postSmallFailure); *out describes its part if
+                // that came first (data non-null): a mismatch found there is the cause
+  kFailed,  // the connection failed (errorMessage() says why)
 };
 struct SmallArrival {
   uint64_t tag = 0;
@@ -129,8 +129,12 @@ class Connection {
   /// The latest exchange the peer posted (0: none): ahead of ours, it runs a small exchange
   /// while we run something else.
   virtual uint64_t peerSmallSequence() const { return 0; }
-  /// Tells a peer waiting in (or about to enter) an exchange that this end failed.
-  virtual void postSmallFailure() {}
+  /// Tells a peer waiting in (or about to enter) an exchange that this end failed, having
+  /// completed the calls of exchanges up to `completedThrough` (0: none): the peer may still
+  /// take those (kArrived), all later ones fail (kPeerFailed). A rank that finished a call and
+  /// failed in a later one did not fail the first: its peer may not have read its part yet (3
+  /// ranks: the folded rank reads its partner's result last).
+  virtual void postSmallFailure(uint64_t completedThrough) { (void)completedThrough; }
 
   /// Fills *out with the transport's view of the link; false when it has none (the default).
   /// Not on the data path: may make system calls.

@@ -379,10 +379,12 @@ SmallPoll Connection::pollSmall(uint64_t sequence, SmallArrival* out) {
   if (failed_)
     return SmallPoll::kFailed;
   // A peer that failed after posting its part failed this exchange too (as in the chunk
-  // protocol, where its abort notice follows its chunks): the flag decides. Its part, when
-  // there, is described all the same: a mismatch the caller finds in it is the cause itself,
-  // which a third rank that gave up first may not have passed on yet.
-  const bool peerFailed = loadAcquire(incoming().smallFailed) != 0;
+  // protocol, where its abort notice follows its chunks): the flag decides, unless the peer
+  // completed the call of this exchange before it failed (the flag says through which). Its
+  // part, when there, is described all the same: a mismatch the caller finds in it is the
+  // cause itself, which a third rank that gave up first may not have passed on yet.
+  const uint64_t failedFrom = loadAcquire(incoming().smallFailed);
+  const bool peerFailed = failedFrom != 0 && sequence >= failedFrom;
   SmallBox& box = incoming().small[sequence % 2];
   if (loadAcquire(box.sequence) == sequence) {
     // Copied once and checked: the peer may scribble on the box, never make us read past it.
@@ -410,8 +412,8 @@ uint64_t Connection::peerSmallSequence() const {
   return std::max(loadAcquire(in.small[0].sequence), loadAcquire(in.small[1].sequence));
 }
 
-void Connection::postSmallFailure() {
-  storeRelease(outgoing().smallFailed, uint32_t{1});
+void Connection::postSmallFailure(uint64_t completedThrough) {
+  storeRelease(outgoing().smallFailed, completedThrough + 1);
   ring(*peerControl_);
 }
 
@@ -450,7 +452,7 @@ bool Connection::hasNews() const {
   // A small exchange not read yet: ours (the caller waits in pollSmall) or one the peer runs
   // while we run something else (the engine's idle round tells).
   if (peek(in.small[0].sequence) > smallTaken_ || peek(in.small[1].sequence) > smallTaken_ ||
-      peek32(in.smallFailed) != 0)
+      peek(in.smallFailed) != 0)
     return true;
   return noticeArrived() || (!recvs_.empty() && peek(in.messageTail) != messageHead_) ||
          peek32(in.closed) != 0 || peek32(peerControl_->closed) != 0 ||

@@ -60,7 +60,7 @@ class Connection final : public transport::Connection {
   void postSmall(uint64_t sequence, uint64_t tag, const void* data, uint32_t bytes) override;
   SmallPoll pollSmall(uint64_t sequence, SmallArrival* out) override;
   uint64_t peerSmallSequence() const override;
-  void postSmallFailure() override;
+  void postSmallFailure(uint64_t completedThrough) override;
 
   /// Whether poll() may have something to report (the device's wait checks this before it
   /// sleeps). Reads shared words only; never fails the connection.

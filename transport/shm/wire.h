@@ -109,8 +109,10 @@ struct Half {
   alignas(64) uint64_t messageHead;
   alignas(64) Notice notices[kNotices];
   Message messages[kMessages];
-  alignas(64) uint32_t smallFailed;  // 1: the sender failed (postSmallFailure); sticky
-  SmallBox small[2];                 // exchange s in small[s % 2]
+  // 0, or the sender failed (postSmallFailure; sticky) having completed the exchanges before
+  // this sequence: those stand, the others fail.
+  alignas(64) uint64_t smallFailed;
+  SmallBox small[2];  // exchange s in small[s % 2]
 };
 
 /// A connection's segment ("<dialer prefix>-c<acceptor rank>", created by the dialer, the

@@ -283,7 +283,8 @@ TEST(ShmTransport, AScribbledNoticeSequenceFailsTheReceiverNamingThePeer) {
 // The small-exchange mailboxes: exchanges alternate between two boxes per direction, a poll
 // before the peer posted finds nothing, a length past the box (a misbehaving peer) fails the
 // connection naming it instead of reading beyond, and a failure flag reaches a waiting peer
-// (with the peer's part, when that came first).
+// (with the peer's part, when that came first), except for exchanges whose calls the failing
+// peer had completed.
 TEST(ShmTransport, SmallExchangesAlternateMailboxesAndRefuseOversizedOnes) {
   {
     auto ranks = connectRanks("shm", 2);
@@ -318,7 +319,7 @@ TEST(ShmTransport, SmallExchangesAlternateMailboxesAndRefuseOversizedOnes) {
   {
     auto ranks = connectRanks("shm", 2);
     SmallArrival got;
-    ranks[0].peers[1]->postSmallFailure();
+    ranks[0].peers[1]->postSmallFailure(0);
     EXPECT_EQ(ranks[1].peers[0]->pollSmall(1, &got), SmallPoll::kPeerFailed);
     EXPECT_EQ(got.data, nullptr) << "nothing was posted";
   }
@@ -329,11 +330,23 @@ TEST(ShmTransport, SmallExchangesAlternateMailboxesAndRefuseOversizedOnes) {
     SmallArrival got;
     const uint8_t part[3] = {1, 2, 3};
     ranks[0].peers[1]->postSmall(1, 77, part, 3);
-    ranks[0].peers[1]->postSmallFailure();
+    ranks[0].peers[1]->postSmallFailure(0);
     EXPECT_EQ(ranks[1].peers[0]->pollSmall(1, &got), SmallPoll::kPeerFailed);
     ASSERT_NE(got.data, nullptr);
     EXPECT_EQ(got.tag, 77u);
     EXPECT_EQ(got.bytes, 3u);
+  }
+  {
+    // The peer posted its part, completed that call, and failed in a later one: the exchange
+    // stands (its peer may read it after the failure), the next one fails.
+    auto ranks = connectRanks("shm", 2);
+    SmallArrival got;
+    const uint8_t part[3] = {1, 2, 3};
+    ranks[0].peers[1]->postSmall(1, 77, part, 3);
+    ranks[0].peers[1]->postSmallFailure(1);
+    EXPECT_EQ(ranks[1].peers[0]->pollSmall(1, &got), SmallPoll::kArrived);
+    EXPECT_EQ(got.tag, 77u);
+    EXPECT_EQ(ranks[1].peers[0]->pollSmall(2, &got), SmallPoll::kPeerFailed);
   }
 }
 
