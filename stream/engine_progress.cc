@@ -245,7 +245,8 @@ void Engine::Run::execute(uint64_t startNs) {
   int idle = 0;
   // Point-to-point runs count as small: their messages are what a waiting rank answers.
   const size_t bytes = messages != nullptr ? 0 : args.count * elementSize;
-  const bool delayCredits = messages == nullptr && engine.creditFlushAfter_.count() > 0;
+  const bool delayCredits = messages == nullptr && engine.creditFlushAfter_.count() > 0 &&
+                            (engine.spinMaxBytes_ == 0 || bytes <= engine.spinMaxBytes_);
   // An announced message's sender completes on the notice, not on its credits: they only
   // refill its slots, of which it keeps at least half while fewer than a batch are held. Sent
   // at the first idle moment they cost a write per message where the peer answers in
@@ -335,6 +336,13 @@ void Engine::Run::execute(uint64_t startNs) {
       continue;
     }
     if (idle > engine.spinRounds_ && now - lastProgress >= spinTime) {
+      if (holdCredits) {
+        bool posted = false;
+        for (size_t li = 0; li < links.size(); ++li)
+          posted |= returnCredits(li, true);
+        if (posted)
+          continue;
+      }
       // Past the timeout (a liveness check is out) in 1 ms steps.
       auto left =
           std::chrono::duration_cast<std::chrono::microseconds>(timeout - (now - lastProgress));

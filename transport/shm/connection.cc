@@ -450,10 +450,19 @@ bool Connection::hasNews() const {
     return std::atomic_ref<uint32_t>(word).load(std::memory_order_relaxed);
   };
   // A small exchange not read yet: ours (the caller waits in pollSmall) or one the peer runs
-  // while we run something else (the engine's idle round tells).
-  if (peek(in.small[0].sequence) > smallTaken_ || peek(in.small[1].sequence) > smallTaken_ ||
-      peek(in.smallFailed) != 0)
+  // while we run something else (the engine's idle round tells). Each is news once: a rank in
+  // a chunked call whose peer went on to its next, small call (it sent all this rank needed)
+  // would otherwise never sleep until it reads it, and spun on a core its peers needed (4
+  // ranks on 2 cores, a 256 KiB reduce after a mailbox barrier: 2-9 ms instead of 0.1).
+  const uint64_t posted = std::max(peek(in.small[0].sequence), peek(in.small[1].sequence));
+  if (posted > std::max(smallTaken_, smallNewsReported_)) {
+    smallNewsReported_ = posted;
     return true;
+  }
+  if (!smallFailureReported_ && peek(in.smallFailed) != 0) {
+    smallFailureReported_ = true;
+    return true;
+  }
   return noticeArrived() || (!recvs_.empty() && peek(in.messageTail) != messageHead_) ||
          peek32(in.closed) != 0 || peek32(peerControl_->closed) != 0 ||
          (!peerReady_ && peek32(in.hello.state) != 0);

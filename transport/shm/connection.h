@@ -112,6 +112,9 @@ class Connection final : public transport::Connection {
   Clock::time_point nextLivenessCheck_{};
   uint32_t pollsSinceClock_ = 0;  // polls since the clock was last read (checkPeerAlive)
   uint64_t smallTaken_ = 0;       // the latest small exchange read from the peer
+  // What hasNews() reported of the peer's small exchanges and failure flag (each once).
+  mutable uint64_t smallNewsReported_ = 0;
+  mutable bool smallFailureReported_ = false;
 
   Ring<Completion> completions_;
   Ring<PendingRecv> recvs_;

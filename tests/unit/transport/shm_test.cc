@@ -350,6 +350,31 @@ TEST(ShmTransport, SmallExchangesAlternateMailboxesAndRefuseOversizedOnes) {
   }
 }
 
+// A peer's small exchange wakes a rank waiting on its device once: a rank in a chunked call
+// whose peer already went on to its next, small call (having sent all this rank needed) must
+// be able to sleep again until its own data comes. Before, every wait returned at once until
+// the exchange was read, and the rank spun on a core its peers needed (4 ranks on 2 cores: a
+// 256 KiB reduce after a mailbox barrier took 2-9 ms instead of 0.1-0.2).
+TEST(ShmTransport, APeersSmallExchangeIsNewsOnceToAWaitingRank) {
+  auto ranks = connectRanks("shm", 2);
+  Completion sink[4];
+  (void)ranks[1].peers[0]->poll(sink);  // reads the peer's hello, itself news until read
+  const uint8_t part[8] = {};
+  ranks[0].peers[1]->postSmall(1, 5, part, sizeof(part));
+  const auto waited = [&](std::chrono::milliseconds most) {
+    const auto start = std::chrono::steady_clock::now();
+    ranks[1].device->waitForActivity(most);
+    return std::chrono::steady_clock::now() - start;
+  };
+  EXPECT_LT(waited(5000ms), 2500ms) << "the exchange did not wake the rank";
+  EXPECT_GE(waited(100ms), 80ms) << "the same exchange woke the rank again";
+  // A later exchange is news again, and the first is still there to be read.
+  SmallArrival got;
+  ASSERT_EQ(ranks[1].peers[0]->pollSmall(1, &got), SmallPoll::kArrived);
+  ranks[0].peers[1]->postSmall(2, 5, part, sizeof(part));
+  EXPECT_LT(waited(5000ms), 2500ms) << "the next exchange did not wake the rank";
+}
+
 // The single copy (GS_SHM_SINGLE_COPY): each end probes whether it can read its peer's memory
 // (process_vm_readv of the peer's token) and says so in its hello; a sender may leave chunks
 // in its memory only for a peer that can. Ranks here are threads of one process, so the read
