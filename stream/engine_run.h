@@ -167,8 +167,8 @@ struct Engine::Run {
   bool satisfied(uint32_t begin, uint32_t end) const;
   bool pollLink(size_t li);
   // One poll(2) over the sockets of every link before a round polls them (transport::
-  // Connection::appendReadinessFds); nothing where no link has sockets.
-  void checkReadiness();
+  // Connection::appendReadinessFds); false where no link has sockets.
+  bool checkReadiness();
   static bool isLivenessCheck(const Completion& c);
   void onCompletion(size_t li, const Completion& c);
   void onRemoteWrite(size_t li, const Completion& c);

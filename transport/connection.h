@@ -39,7 +39,7 @@ enum class SmallPoll {
   kArrived,     // *out describes it (its tag and length are the peer's: compare them)
   kPeerFailed,  // the peer failed in this exchange (postSmallFailure); *out describes its part if
                 // that came first (data non-null): a mismatch found there is the cause
-  kFailed,  // the connection failed (errorMessage() says why)
+  kFailed,      // the connection failed (errorMessage() says why)
 };
 struct SmallArrival {
   uint64_t tag = 0;

@@ -323,27 +323,30 @@ TEST(ShmTransport, SmallExchangesAlternateMailboxesAndRefuseOversizedOnes) {
     EXPECT_EQ(ranks[1].peers[0]->pollSmall(1, &got), SmallPoll::kPeerFailed);
     EXPECT_EQ(got.data, nullptr) << "nothing was posted";
   }
-  {
-    // The peer posted its part, then failed: the flag decides, and the part is described (a
-    // mismatch the caller finds in it is the cause).
+  // The peer posts its part of exchange 1, then fails having completed the calls of exchanges
+  // up to completedThrough.
+  const auto postedThenFailed = [](uint64_t completedThrough) {
     auto ranks = connectRanks("shm", 2);
-    SmallArrival got;
     const uint8_t part[3] = {1, 2, 3};
     ranks[0].peers[1]->postSmall(1, 77, part, 3);
-    ranks[0].peers[1]->postSmallFailure(0);
+    ranks[0].peers[1]->postSmallFailure(completedThrough);
+    return ranks;
+  };
+  {
+    // Failed in that call: the flag decides, and the part is described (a mismatch the caller
+    // finds in it is the cause).
+    auto ranks = postedThenFailed(0);
+    SmallArrival got;
     EXPECT_EQ(ranks[1].peers[0]->pollSmall(1, &got), SmallPoll::kPeerFailed);
     ASSERT_NE(got.data, nullptr);
     EXPECT_EQ(got.tag, 77u);
     EXPECT_EQ(got.bytes, 3u);
   }
   {
-    // The peer posted its part, completed that call, and failed in a later one: the exchange
-    // stands (its peer may read it after the failure), the next one fails.
-    auto ranks = connectRanks("shm", 2);
+    // Completed that call and failed in a later one: the exchange stands (its peer may read it
+    // after the failure), the next one fails.
+    auto ranks = postedThenFailed(1);
     SmallArrival got;
-    const uint8_t part[3] = {1, 2, 3};
-    ranks[0].peers[1]->postSmall(1, 77, part, 3);
-    ranks[0].peers[1]->postSmallFailure(1);
     EXPECT_EQ(ranks[1].peers[0]->pollSmall(1, &got), SmallPoll::kArrived);
     EXPECT_EQ(got.tag, 77u);
     EXPECT_EQ(ranks[1].peers[0]->pollSmall(2, &got), SmallPoll::kPeerFailed);
