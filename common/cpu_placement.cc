@@ -10,6 +10,35 @@ bool choiceOfCpus(cpu_set_t* allowed) {
 }
 }  // namespace
 
+std::vector<uint8_t> callingThreadCpuMask() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
+    return {};
+  std::vector<uint8_t> mask;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed))
+      continue;
+    mask.resize(static_cast<size_t>(cpu / 8 + 1), 0);
+    mask[cpu / 8] |= static_cast<uint8_t>(1u << (cpu % 8));
+  }
+  return mask;
+}
+
+int cpusInUnion(std::span<const std::vector<uint8_t>> masks) {
+  std::vector<uint8_t> all;
+  for (const std::vector<uint8_t>& m : masks) {
+    if (m.size() > all.size())
+      all.resize(m.size(), 0);
+    for (size_t i = 0; i < m.size(); ++i)
+      all[i] |= m[i];
+  }
+  int count = 0;
+  for (uint8_t b : all)
+    count += __builtin_popcount(b);
+  return count;
+}
+
 int nthAllowedCpu(const cpu_set_t& allowed, int slot) {
   const int count = CPU_COUNT(&allowed);
   if (count == 0 || slot < 0)

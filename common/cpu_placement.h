@@ -13,7 +13,20 @@
 
 #include <sched.h>
 
+#include <cstdint>
+#include <span>
+#include <vector>
+
 namespace gs {
+
+/// The CPUs the calling thread may run on, as bytes (CPU c is bit c % 8 of byte c / 8), trailing
+/// zero bytes dropped; empty when the mask cannot be read. What a rank tells the others so that
+/// every rank knows how many cores each host's ranks share (cpusInUnion), for the cost model.
+std::vector<uint8_t> callingThreadCpuMask();
+
+/// How many CPUs are set in at least one of `masks` (as callingThreadCpuMask() writes them): the
+/// cores a host's ranks share, whether each may use them all or each was pinned to its own.
+int cpusInUnion(std::span<const std::vector<uint8_t>> masks);
 
 /// The CPU the slot-th (0-based, taken modulo their number) of the CPUs in `allowed` is, or -1
 /// when `allowed` is empty.

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/cpu_placement.h"
 #include "common/log.h"
 #include "control/bootstrap.h"
 #include "control/communicator.h"
@@ -58,6 +59,7 @@ PeerInfo ownRecord(const Config& config,
     mine.shmAddress = shmDevice->address();
     mine.shmFreeBytes = sharedMemoryFreeBytes();
   }
+  mine.cpuMask = callingThreadCpuMask();
   return mine;
 }
 
@@ -183,6 +185,20 @@ std::set<int> Communicator::chooseSchedules(const std::vector<PeerInfo>& infos) 
   for (int r = 0; r < nranks_; ++r)
     hostnames[r] = infos[r].hostname;
   topology_ = stream::Topology::fromHostNames(hostnames);
+  // The cores each host's ranks share, for the cost model (ranks outnumbering cores): from
+  // every rank's record, so every rank prices the schedules alike.
+  topology_.coresOf.assign(static_cast<size_t>(topology_.hosts()), 0);
+  for (int h = 0; h < topology_.hosts(); ++h) {
+    std::vector<std::vector<uint8_t>> masks;
+    for (int r : topology_.ranksOn(h)) {
+      if (infos[r].cpuMask.empty()) {
+        masks.clear();  // a rank that could not tell: the host's cores are unknown
+        break;
+      }
+      masks.push_back(infos[r].cpuMask);
+    }
+    topology_.coresOf[h] = cpusInUnion(masks);
+  }
   algorithms_ = allowedAlgorithms(config_.algo, topology_);
   stream::ReduceAlgorithm reduce;
   if (stream::parseReduceAlgorithm(config_.reduceAlgo, &reduce))  // else "auto" (Config checks)
@@ -411,11 +427,13 @@ void Communicator::logReady(const LinkPlan& plan, const std::string& bindAddress
                 metrics_->exporterAddress().c_str());
   }
   GS_LOG_INFO(
-      "communicator ready: rank %d of %d on host %d of %d, transport %s on %s, %zu peers, "
-      "chunk %lld B x %lld slots, GS_ALGO=%s",
-      rank_, nranks_, topology_.hostOf[rank_], topology_.hosts(), transportName_.c_str(),
-      bindAddress.c_str(), plan.peers.size(), static_cast<long long>(engine_->chunkBytes()),
-      static_cast<long long>(config_.slotsPerPeer), config_.algo.c_str());
+      "communicator ready: rank %d of %d on host %d of %d (%zu ranks on %d cores there; 0: not "
+      "known), transport %s on %s, %zu peers, chunk %lld B x %lld slots, GS_ALGO=%s",
+      rank_, nranks_, topology_.hostOf[rank_], topology_.hosts(),
+      topology_.ranksOn(topology_.hostOf[rank_]).size(), topology_.coresOn(topology_.hostOf[rank_]),
+      transportName_.c_str(), bindAddress.c_str(), plan.peers.size(),
+      static_cast<long long>(engine_->chunkBytes()), static_cast<long long>(config_.slotsPerPeer),
+      config_.algo.c_str());
 }
 
 }  // namespace gs::control

@@ -1,5 +1,7 @@
 #include "control/peer_info.h"
 
+#include <sched.h>
+
 #include "common/bytes.h"
 #include "common/error.h"
 
@@ -8,8 +10,10 @@ namespace gs::control {
 namespace {
 constexpr uint32_t kPeerInfoMagic = 0x49505347;  // "GSPI"
 // 2: shmAddress after address. 3: shmSmallBytes after codec. 4: shmFreeBytes after shmAddress.
-constexpr uint16_t kPeerInfoVersion = 4;
+// 5: cpuMask after shmFreeBytes.
+constexpr uint16_t kPeerInfoVersion = 5;
 constexpr size_t kMaxAddressBytes = 4096;
+constexpr size_t kMaxCpuMaskBytes = CPU_SETSIZE / 8;
 }  // namespace
 
 std::vector<uint8_t> PeerInfo::serialize() const {
@@ -26,6 +30,7 @@ std::vector<uint8_t> PeerInfo::serialize() const {
   w.putBytes(address);
   w.putBytes(shmAddress);
   w.put(shmFreeBytes);
+  w.putBytes(cpuMask);
   w.put(static_cast<uint32_t>(slotKeys.size()));
   for (const auto& [peer, key] : slotKeys) {
     w.put(peer);
@@ -51,6 +56,7 @@ PeerInfo PeerInfo::parse(std::span<const uint8_t> bytes, int rank) {
   p.shmAddress = r.getBytes(kMaxAddressBytes);
   p.shmFreeBytes = r.get<int64_t>();
   GS_CHECK(p.shmFreeBytes >= 0, Errc::kRemote, "rank %d sent a negative /dev/shm size", rank);
+  p.cpuMask = r.getBytes(kMaxCpuMaskBytes);
   const auto n = r.get<uint32_t>();
   GS_CHECK(n <= 64, Errc::kRemote, "rank %d sent %u slot keys", rank, n);
   for (uint32_t i = 0; i < n; ++i) {

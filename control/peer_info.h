@@ -24,7 +24,8 @@ struct PeerInfo {
   int64_t shmSmallBytes = 0;        // GS_SHM_SMALL_BYTES: must match between ranks with shm
   std::vector<uint8_t> address;     // network transport blob
   std::vector<uint8_t> shmAddress;  // shm device blob; empty: no shm device on this rank
-  int64_t shmFreeBytes = 0;  // room in /dev/shm when its devices opened; 0: no shm or unknown
+  int64_t shmFreeBytes = 0;      // room in /dev/shm when its devices opened; 0: no shm or unknown
+  std::vector<uint8_t> cpuMask;  // CPUs it may run on (callingThreadCpuMask); empty: unknown
   std::vector<std::pair<int32_t, transport::RemoteKey>> slotKeys;  // (for peer, its slots)
 
   std::vector<uint8_t> serialize() const;

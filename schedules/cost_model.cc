@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace gs::stream {
 namespace {
@@ -21,34 +22,83 @@ int powerOfTwoBelow(int n) {
   return p;
 }
 
+// Ranks outnumbering cores (see predictAllReduceSeconds): how much longer a phase takes in
+// which the ranks `working` (per rank) work at once, moving messages of `message` bytes over
+// `link`: (working / cores)^2 on the most crowded host, 1 where no host is crowded or its
+// cores are not known.
+double crowding(const Topology& t,
+                const std::vector<bool>& working,
+                double message,
+                const LinkCost& link) {
+  if (message < link.crowdedFromBytes)
+    return 1;
+  std::vector<int> onHost(static_cast<size_t>(t.hosts()), 0);
+  for (int r = 0; r < t.nranks(); ++r)
+    onHost[t.hostOf[r]] += working[r] ? 1 : 0;
+  double worst = 1;
+  for (int h = 0; h < t.hosts(); ++h) {
+    const int cores = t.coresOn(h);
+    if (cores > 0 && onHost[h] > cores) {
+      const double ratio = static_cast<double>(onHost[h]) / cores;
+      worst = std::max(worst, ratio * ratio);
+    }
+  }
+  return worst;
+}
+
+// The crowding of halving-doubling and recursive doubling over all ranks (schedule_hd.cc):
+// with n = P + R, members 2j and 2j+1 (j < R) fold, the even one handing its buffer to the odd
+// one; the P others run the rounds. `round` and `fold` are the phases' largest messages.
+struct DoublingCrowding {
+  double rounds = 1, fold = 1;
+};
+DoublingCrowding doublingCrowding(const Topology& t,
+                                  double round,
+                                  double fold,
+                                  const LinkCost& link) {
+  const int n = t.nranks();
+  const int folded = n - powerOfTwoBelow(n);
+  std::vector<bool> inRounds(n, true), inFold(n, false);
+  for (int r = 0; r < 2 * folded; ++r) {
+    inRounds[r] = r % 2 == 1;
+    inFold[r] = true;
+  }
+  return {crowding(t, inRounds, round, link), folded > 0 ? crowding(t, inFold, fold, link) : 1};
+}
+
 // Halving-doubling of `bytes` among g members over links `link`: log2(P) rounds each way, the
 // halving moving (P-1)/P of the data (encoded) and the doubling as much (raw), plus the fold
-// of the members beyond P (a whole-buffer hop in and out).
-double halvingDoubling(int g, double bytes, const LinkCost& link, const CostModel& m) {
+// of the members beyond P (a whole-buffer hop in and out); each phase times its crowding.
+double halvingDoubling(
+    int g, double bytes, const LinkCost& link, const CostModel& m, DoublingCrowding crowd = {}) {
   if (g <= 1)
     return 0;
   const int p = powerOfTwoBelow(g);
   const double rounds = 2 * std::log2(p);
   const double share = (p - 1.0) / p * bytes;
-  double t = rounds * link.alphaSeconds + share * (m.codecRatio + 1.0) * link.betaSecondsPerByte +
-             share * m.gammaSecondsPerByte;
+  double t = crowd.rounds *
+             (rounds * link.alphaSeconds + share * (m.codecRatio + 1.0) * link.betaSecondsPerByte +
+              share * m.gammaSecondsPerByte);
   if (p != g)
-    t += 2 * link.alphaSeconds + bytes * (m.codecRatio + 1.0) * link.betaSecondsPerByte +
-         bytes * m.gammaSecondsPerByte;
+    t += crowd.fold *
+         (2 * link.alphaSeconds + bytes * (m.codecRatio + 1.0) * link.betaSecondsPerByte +
+          bytes * m.gammaSecondsPerByte);
   return t;
 }
 
 // Recursive doubling of `bytes` among g members: log2(P) rounds each moving and reducing the
 // whole buffer, raw, plus the same fold as halving-doubling's.
-double recursiveDoubling(int g, double bytes, const LinkCost& link, const CostModel& m) {
+double recursiveDoubling(
+    int g, double bytes, const LinkCost& link, const CostModel& m, DoublingCrowding crowd) {
   if (g <= 1)
     return 0;
   const int p = powerOfTwoBelow(g);
-  double t = std::log2(p) *
+  double t = crowd.rounds * std::log2(p) *
              (link.alphaSeconds + bytes * link.betaSecondsPerByte + bytes * m.gammaSecondsPerByte);
   if (p != g)
-    t += 2 * link.alphaSeconds + bytes * (m.codecRatio + 1.0) * link.betaSecondsPerByte +
-         bytes * m.gammaSecondsPerByte;
+    t += crowd.fold *
+         (2 * link.alphaSeconds + bytes * (m.codecRatio + 1.0) * link.betaSecondsPerByte +
+          bytes * m.gammaSecondsPerByte);
   return t;
 }
 
@@ -78,8 +128,8 @@ double ringPhase(int g, double bytes, double wireRatio, const LinkCost& link, co
 LinkCost CostModel::measured(const std::string& transport) {
   // gradstream-perf, 2 ranks, median of quiet runs (bench/README.md): latency from 8 B
   // allreduces (one exchange), bandwidth from 64 MiB ones.
-  if (transport == "shm")
-    return LinkCost{1e-6, 1.0 / 5.0e9};  // 8 B in 1.5 us, 2-64 MiB at 4-6 GB/s busbw
+  if (transport == "shm")  // 8 B in 1.5 us, 2-64 MiB at 4-6 GB/s busbw; single copy from 1 MiB
+    return LinkCost{1e-6, 1.0 / 5.0e9, static_cast<double>(1 << 20)};
   if (transport == "loopback")
     return LinkCost{2e-6, 1.0 / 6.0e9};
   if (transport == "verbs")
@@ -99,37 +149,54 @@ double predictAllReduceSeconds(Algorithm algo,
   // A flat algorithm runs at the pace of its slowest link: inter-host once there are hosts.
   const LinkCost& slow = hosts > 1 ? m.interHost : m.intraHost;
   const double reduce = bytes * m.gammaSecondsPerByte;
+  const std::vector<bool> everyRank(n, true);
+  // The largest message of a phase: a block of `bytes / parts`, cut into chunks, encoded.
+  const auto message = [&](double parts, double ratio) {
+    return std::min(bytes / parts, m.chunkBytes) * ratio;
+  };
   switch (algo) {
-    case Algorithm::kRing:
+    case Algorithm::kRing: {
+      const double crowd = crowding(topology, everyRank, message(n, m.codecRatio), slow);
       if (n == 2 && m.codecRatio == 1.0)
-        return twoRanksUncompressed(bytes, slow, m);
-      return ringPhase(n, bytes, m.codecRatio, slow, m) +
-             ringPhase(n, bytes, m.codecRatio, slow, m) + (n - 1.0) / n * reduce;
+        return crowd * twoRanksUncompressed(bytes, slow, m);
+      return crowd * (ringPhase(n, bytes, m.codecRatio, slow, m) +
+                      ringPhase(n, bytes, m.codecRatio, slow, m) + (n - 1.0) / n * reduce);
+    }
     case Algorithm::kTree: {
       // Each half climbs and descends a tree of depth ~log2(N)+1; a rank sends up to 3 halves
       // per tree where it is inner, about the buffer per direction in total; the pipeline fills
       // one chunk per level.
       const double depth = log2Ceil(n) + 1;
-      const double chunk = std::min(bytes / 2, m.chunkBytes) * m.codecRatio;
-      return 2 * depth * (slow.alphaSeconds + chunk * slow.betaSecondsPerByte) +
-             1.5 * bytes * m.codecRatio * slow.betaSecondsPerByte + reduce;
+      const double chunk = message(2, m.codecRatio);
+      return crowding(topology, everyRank, chunk, slow) *
+             (2 * depth * (slow.alphaSeconds + chunk * slow.betaSecondsPerByte) +
+              1.5 * bytes * m.codecRatio * slow.betaSecondsPerByte + reduce);
     }
     case Algorithm::kHalvingDoubling:
-      return halvingDoubling(n, bytes, slow, m);
+      return halvingDoubling(
+          n, bytes, slow, m,
+          doublingCrowding(topology, message(2, m.codecRatio), message(1, m.codecRatio), slow));
     case Algorithm::kRecursiveDoubling:
       // Its rounds travel raw: a call with a codec asked for compression, which the others give.
       if (m.codecRatio != 1.0)
         return std::numeric_limits<double>::infinity();
-      if (n == 2 && bytes <= static_cast<double>(kExchangeMaxBytes))
-        return twoRanksUncompressed(bytes, slow, m);  // the same exchange as the ring's
-      return recursiveDoubling(n, bytes, slow, m);
+      if (n == 2 && bytes <= static_cast<double>(kExchangeMaxBytes))  // the ring's exchange
+        return crowding(topology, everyRank, bytes, slow) * twoRanksUncompressed(bytes, slow, m);
+      return recursiveDoubling(n, bytes, slow, m,
+                               doublingCrowding(topology, message(1, 1), message(1, 1), slow));
     case Algorithm::kHierarchical: {
       if (!topology.uniform())
         return std::numeric_limits<double>::infinity();
-      // Intra-host phases travel raw; the cross-host allreduce moves one shard per rank.
-      return ringPhase(perHost, bytes, 1.0, m.intraHost, m) +
-             halvingDoubling(hosts, bytes / perHost, m.interHost, m) +
-             ringPhase(perHost, bytes, 1.0, m.intraHost, m) + (perHost - 1.0) / perHost * reduce;
+      // Intra-host phases travel raw; the cross-host allreduce moves one shard per rank. Every
+      // rank works in every phase.
+      const double intra = crowding(topology, everyRank, message(perHost, 1), m.intraHost);
+      const double shard = bytes / perHost;
+      const double inter = crowding(topology, everyRank,
+                                    std::min(shard / 2, m.chunkBytes) * m.codecRatio, m.interHost);
+      return intra * (ringPhase(perHost, bytes, 1.0, m.intraHost, m) +
+                      ringPhase(perHost, bytes, 1.0, m.intraHost, m) +
+                      (perHost - 1.0) / perHost * reduce) +
+             inter * halvingDoubling(hosts, shard, m.interHost, m);
     }
   }
   return std::numeric_limits<double>::infinity();

@@ -11,6 +11,12 @@ namespace gs::stream {
 struct LinkCost {
   double alphaSeconds = 20e-6;
   double betaSecondsPerByte = 1e-9;  // 1 / bandwidth
+  /// Messages from this size on need their receiver to run while they move, so ranks
+  /// outnumbering cores slow them down (predictAllReduceSeconds). shm: the single copy, from
+  /// 1 MiB chunks, which the receiver reads out of the sender's memory; smaller chunks are
+  /// left in the receiver's slots without it. 0: every message (tcp: the kernel copies at both
+  /// ends).
+  double crowdedFromBytes = 0;
 };
 
 /// The alpha-beta-gamma model the algorithm choice and the simulator (tools/sim) share.
@@ -31,6 +37,12 @@ struct CostModel {
 /// Predicted seconds of one allreduce of `bytes` with `algo` on `topology`: closed forms of the
 /// schedules in schedule.h (rounds on the critical path times alpha, bytes on the busiest link
 /// times beta, bytes reduced times gamma, plus the pipeline fill of a chunk per round).
+/// Where a host's ranks outnumber its cores (Topology::coresOf), a phase in which more of its
+/// ranks work at once than it has cores takes (working / cores)^2 as long, unless its messages
+/// are below the link's crowdedFromBytes: each rank has a share of a core, and each step waits
+/// about as long again for its peer to get one. The square was fitted on 2 cores, 3 and 4
+/// ranks, shm and tcp (docs/PERFORMANCE.md §11): it is what ranks the schedules as measured,
+/// e.g. at 3 ranks halving-doubling, whose fold leaves two ranks working, ahead of the ring.
 /// Returns +inf when the algorithm cannot run on the topology (hierarchical on uneven hosts)
 /// or would not carry the codec (recursive doubling, raw only, with codecRatio != 1).
 double predictAllReduceSeconds(Algorithm algo,

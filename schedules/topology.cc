@@ -57,4 +57,8 @@ bool Topology::uniform() const {
   return nranks() == 0 || maxPerHost() * hosts() == nranks();
 }
 
+int Topology::coresOn(int host) const {
+  return host >= 0 && static_cast<size_t>(host) < coresOf.size() ? coresOf[host] : 0;
+}
+
 }  // namespace gs::stream

@@ -9,6 +9,9 @@ namespace gs::stream {
 /// are numbered densely in order of their lowest rank. Plain value; safe to copy and share.
 struct Topology {
   std::vector<int> hostOf;  // per rank
+  /// Per host: the CPUs its ranks may run on, together (0 or absent: not known). Ranks
+  /// outnumbering them slow some schedules down more than others (cost_model.h).
+  std::vector<int> coresOf;
 
   /// Groups ranks by name: ranks with equal names share a host.
   static Topology fromHostNames(const std::vector<std::string>& names);
@@ -25,6 +28,8 @@ struct Topology {
   int maxPerHost() const;
   /// Every host has the same number of ranks.
   bool uniform() const;
+  /// The CPUs of `host` (coresOf), 0 when not known.
+  int coresOn(int host) const;
 };
 
 }  // namespace gs::stream

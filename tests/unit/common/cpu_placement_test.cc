@@ -3,6 +3,7 @@
 #include "common/cpu_placement.h"
 
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -62,6 +63,36 @@ TEST(CpuPlacement, AThreadPinnedToOneCpuIsLeftWhereItIs) {
     EXPECT_EQ(placeCallingThread(1), -1);
     const cpu_set_t after = currentMask();
     EXPECT_TRUE(CPU_EQUAL(&one, &after)) << "a launcher's pinning was undone";
+  }).join();
+}
+
+// What a rank tells the others of its CPUs, and the cores a host's ranks share: all of them
+// where every rank may use every CPU, each one's own where a launcher pinned them.
+TEST(CpuPlacement, TheMaskMatchesTheAffinityAndTheUnionCountsSharedCpusOnce) {
+  const cpu_set_t mine = currentMask();
+  const std::vector<uint8_t> bytes = callingThreadCpuMask();
+  ASSERT_FALSE(bytes.empty());
+  EXPECT_NE(bytes.back(), 0) << "trailing zero bytes are dropped";
+  int set = 0;
+  for (int cpu = 0; cpu < static_cast<int>(bytes.size()) * 8; ++cpu) {
+    const bool inBytes = (bytes[cpu / 8] >> (cpu % 8)) & 1;
+    EXPECT_EQ(inBytes, CPU_ISSET(cpu, &mine) != 0) << "cpu " << cpu;
+    set += inBytes ? 1 : 0;
+  }
+  EXPECT_EQ(set, CPU_COUNT(&mine));
+
+  const std::vector<std::vector<uint8_t>> shared = {{0x03}, {0x03}, {0x03}};
+  EXPECT_EQ(cpusInUnion(shared), 2);
+  const std::vector<std::vector<uint8_t>> pinned = {{0x01}, {0x02}, {0x04}, {0x00, 0x01}};
+  EXPECT_EQ(cpusInUnion(pinned), 4);
+  EXPECT_EQ(cpusInUnion(std::vector<std::vector<uint8_t>>{}), 0);
+
+  // Pinned to one CPU, the thread says so.
+  std::thread([&] {
+    const cpu_set_t one = maskOf({nthAllowedCpu(mine, 0)});
+    ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+    const std::vector<std::vector<uint8_t>> alone = {callingThreadCpuMask()};
+    EXPECT_EQ(cpusInUnion(alone), 1);
   }).join();
 }
 

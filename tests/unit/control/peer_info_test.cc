@@ -24,6 +24,7 @@ PeerInfo sample() {
   p.shmSmallBytes = 16384;
   p.address = {1, 2, 3};
   p.shmAddress = std::vector<uint8_t>(96, 0xab);
+  p.cpuMask = {0x0f, 0x00, 0x01};  // CPUs 0-3 and 16
   return p;
 }
 
@@ -46,6 +47,7 @@ TEST(PeerInfo, RoundTripsWithAndWithoutShmAddress) {
     EXPECT_EQ(q.shmSmallBytes, p.shmSmallBytes);
     EXPECT_EQ(q.address, p.address);
     EXPECT_EQ(q.shmAddress, p.shmAddress);
+    EXPECT_EQ(q.cpuMask, p.cpuMask);
     EXPECT_TRUE(q.slotKeys.empty());
   }
 }
@@ -86,6 +88,16 @@ TEST(PeerInfo, HostileRecordsAreRefused) {
   std::vector<uint8_t> oldVersion = bytes;
   oldVersion[4] = 2;  // version 2 had no GS_SHM_SMALL_BYTES
   expectRefused(oldVersion, "version 2 record");
+
+  // The CPU mask follows the shm address and the /dev/shm size; a mask longer than a cpu_set_t
+  // cannot be one.
+  const size_t maskAt = at + 4 + p.shmAddress.size() + 8;
+  std::memcpy(&length, bytes.data() + maskAt, 4);
+  ASSERT_EQ(length, p.cpuMask.size()) << "layout of the test's sample changed";
+  std::vector<uint8_t> wideMask = bytes;
+  const uint32_t wide = 129;  // CPU_SETSIZE / 8 + 1
+  std::memcpy(wideMask.data() + maskAt, &wide, 4);
+  expectRefused(wideMask, "CPU mask longer than a cpu_set_t");
 }
 
 // The mailbox bound must match where both ranks have shm (they would take different paths for

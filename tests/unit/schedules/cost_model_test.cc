@@ -3,6 +3,7 @@
 #include "schedules/cost_model.h"
 
 #include <cmath>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -86,6 +87,66 @@ TEST(CostModel, TimeGrowsWithSizeAndEdgeCasesAreDefined) {
   const Topology uneven = Topology::fromHostNames({"a", "a", "a", "b"});
   EXPECT_TRUE(std::isinf(predictAllReduceSeconds(Algorithm::kHierarchical, uneven, 1 << 20, m)));
   EXPECT_NE(cheapestAllReduce(uneven, 1 << 20, m), Algorithm::kHierarchical);
+}
+
+// Ranks outnumbering cores (Topology::coresOf): measured on 2 cores (bench/algo_choice.sh), 3
+// ranks over shm run the ring fastest while its chunks are left in the receivers' slots (up to
+// 1 MiB calls here), halving-doubling or recursive doubling from the single copy on (4 MiB),
+// whose fold leaves two ranks working; over tcp those two at every size from 64 KiB.
+TEST(CostModel, ThreeRanksOnTwoCoresLeaveTheRingWhereItsStepsWaitForTheirReceivers) {
+  Topology crowded = Topology::blocks(3, 3);
+  crowded.coresOf = {2};
+  const Topology unknown = Topology::blocks(3, 3);
+  const auto isDoubling = [](Algorithm a) {
+    return a == Algorithm::kHalvingDoubling || a == Algorithm::kRecursiveDoubling;
+  };
+  const double kib = 1024, mib = kib * kib;
+  CostModel shm;
+  shm.intraHost = CostModel::measured("shm");
+  for (double bytes : {64 * kib, 256 * kib, 1 * mib})
+    EXPECT_EQ(cheapestAllReduce(crowded, bytes, shm), Algorithm::kRing) << bytes;
+  for (double bytes : {4 * mib, 16 * mib, 64 * mib}) {
+    EXPECT_TRUE(isDoubling(cheapestAllReduce(crowded, bytes, shm))) << bytes;
+    EXPECT_EQ(cheapestAllReduce(unknown, bytes, shm), Algorithm::kRing) << bytes;
+  }
+  CostModel tcp;
+  tcp.intraHost = CostModel::measured("tcp");
+  for (double bytes : {64 * kib, 1 * mib, 16 * mib}) {
+    EXPECT_TRUE(isDoubling(cheapestAllReduce(crowded, bytes, tcp))) << bytes;
+    EXPECT_EQ(cheapestAllReduce(unknown, bytes, tcp), Algorithm::kRing) << bytes;
+  }
+}
+
+TEST(CostModel, CrowdingOnlySlowsAndNeedsMoreRanksThanCores) {
+  for (const char* transport : {"shm", "tcp"}) {
+    CostModel m;
+    m.intraHost = CostModel::measured(transport);
+    m.interHost = CostModel::measured("tcp");
+    for (const Topology& base : {Topology::blocks(2, 2), Topology::blocks(4, 4),
+                                 Topology::blocks(5, 5), Topology::blocks(8, 4)}) {
+      Topology enough = base, crowded = base;
+      enough.coresOf.assign(static_cast<size_t>(base.hosts()), base.maxPerHost());
+      crowded.coresOf.assign(static_cast<size_t>(base.hosts()), 2);
+      for (Algorithm a : kAlgorithms) {
+        for (double bytes = 8; bytes <= (1 << 28); bytes *= 8) {
+          const double none = predictAllReduceSeconds(a, base, bytes, m);
+          EXPECT_EQ(predictAllReduceSeconds(a, enough, bytes, m), none)
+              << transport << " " << algorithmName(a) << " " << bytes;
+          const double slower = predictAllReduceSeconds(a, crowded, bytes, m);
+          if (base.maxPerHost() <= 2)
+            EXPECT_EQ(slower, none) << transport << " " << algorithmName(a) << " " << bytes;
+          else if (std::isfinite(none))
+            EXPECT_GE(slower, none) << transport << " " << algorithmName(a) << " " << bytes;
+        }
+      }
+    }
+    // Four ranks on two cores over tcp: every rank works in every schedule, each priced 4x.
+    Topology four = Topology::blocks(4, 4);
+    const double alone = predictAllReduceSeconds(Algorithm::kRing, four, 1 << 20, m);
+    four.coresOf = {2};
+    if (std::string(transport) == "tcp")
+      EXPECT_DOUBLE_EQ(predictAllReduceSeconds(Algorithm::kRing, four, 1 << 20, m), 4 * alone);
+  }
 }
 
 TEST(CostModel, MeasuredDefaultsOrderTheTransports) {
