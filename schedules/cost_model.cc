@@ -128,7 +128,9 @@ double ringPhase(int g, double bytes, double wireRatio, const LinkCost& link, co
 LinkCost CostModel::measured(const std::string& transport) {
   // gradstream-perf, 2 ranks, median of quiet runs (bench/README.md): latency from 8 B
   // allreduces (one exchange), bandwidth from 64 MiB ones.
-  if (transport == "shm")  // 8 B in 1.5 us, 2-64 MiB at 4-6 GB/s busbw; single copy from 1 MiB
+  // shm: 8 B in 1.5 us, 2-64 MiB at 4-6 GB/s busbw; an allreduce's chunks of 1 MiB and more
+  // take the single copy (Engine::Run::kAllReduceSingleCopyMinBytes), which its receiver reads.
+  if (transport == "shm")
     return LinkCost{1e-6, 1.0 / 5.0e9, static_cast<double>(1 << 20)};
   if (transport == "loopback")
     return LinkCost{2e-6, 1.0 / 6.0e9};
