@@ -41,7 +41,7 @@ struct CostModel {
 /// ranks work at once than it has cores takes (working / cores)^2 as long, unless its messages
 /// are below the link's crowdedFromBytes: each rank has a share of a core, and each step waits
 /// about as long again for its peer to get one. The square was fitted on 2 cores, 3 and 4
-/// ranks, shm and tcp (docs/PERFORMANCE.md §11): it is what ranks the schedules as measured,
+/// ranks, shm and tcp (docs/PERFORMANCE.md §4): it is what ranks the schedules as measured,
 /// e.g. at 3 ranks halving-doubling, whose fold leaves two ranks working, ahead of the ring.
 /// Returns +inf when the algorithm cannot run on the topology (hierarchical on uneven hosts)
 /// or would not carry the codec (recursive doubling, raw only, with codecRatio != 1).
