@@ -388,7 +388,12 @@ void Communicator::startEngine(const std::vector<PeerInfo>& infos,
     controller_->apply(*engine_, *metrics_);
   }
   const int localRanks = ranksOnHost(infos, infos[rank_].hostname, infos.size());
-  const auto cores = static_cast<int>(std::thread::hardware_concurrency());
+  // The CPUs this host's ranks may use together, as the cost model counts them (ranks pinned
+  // one per core are not crowded); the machine's count where a rank could not tell.
+  const int host = topology_.hostOf[rank_];
+  const int cores = topology_.coresOn(host) > 0
+                        ? topology_.coresOn(host)
+                        : static_cast<int>(std::thread::hardware_concurrency());
   if (cores > 0 && localRanks > cores) {
     engine_->setSpinRounds(0);
     // Ranks spread evenly over the CPUs rather than where wake-ups left them (common/
