@@ -225,7 +225,10 @@ double predictReduceSeconds(ReduceAlgorithm algo,
   if (n <= 1 || bytes <= 0)
     return 0;
   const LinkCost& link = topology.hosts() > 1 ? m.interHost : m.intraHost;
-  const double chunk = std::min(bytes, m.chunkBytes) * m.codecRatio;
+  const double chunk =
+      std::min(bytes, static_cast<double>(reduceChunkBytes(topology, static_cast<size_t>(bytes),
+                                                           static_cast<size_t>(m.chunkBytes)))) *
+      m.codecRatio;
   const double wire = bytes * m.codecRatio * link.betaSecondsPerByte;
   if (algo == ReduceAlgorithm::kChain) {
     // A message per hop; a chunk fills each hop before the root's (N = 2: one message, as the

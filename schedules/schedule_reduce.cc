@@ -1,5 +1,7 @@
 // Reduce to a root: the pipelined chain (bandwidth), the binomial tree and the linear
 // (latency: log2 N rounds, or one round the root takes N-1 messages in).
+#include <algorithm>
+
 #include "common/error.h"
 #include "schedules/schedule.h"
 #include "schedules/schedule_build.h"
@@ -158,6 +160,14 @@ Schedule buildReduce(ReduceAlgorithm algo, int rank, int nranks, int root, size_
       break;
   }
   return chainReduce(rank, nranks, root, count);
+}
+
+size_t reduceChunkBytes(const Topology& topology, size_t bytes, size_t chunkBytes) {
+  constexpr size_t kPieces = 8, kMinChunk = 128 << 10, kGranule = 64 << 10;
+  if (bytes < kReducePipelineMin || topology.crowded())
+    return chunkBytes;
+  const size_t piece = std::max(bytes / kPieces / kGranule * kGranule, kMinChunk);
+  return std::min(piece, chunkBytes);
 }
 
 }  // namespace gs::stream

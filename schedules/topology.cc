@@ -61,4 +61,15 @@ int Topology::coresOn(int host) const {
   return host >= 0 && static_cast<size_t>(host) < coresOf.size() ? coresOf[host] : 0;
 }
 
+bool Topology::crowded() const {
+  std::vector<int> ranks(static_cast<size_t>(hosts()), 0);
+  for (int h : hostOf)
+    ++ranks[h];
+  for (int h = 0; h < hosts(); ++h) {
+    if (coresOn(h) > 0 && ranks[h] > coresOn(h))
+      return true;
+  }
+  return false;
+}
+
 }  // namespace gs::stream

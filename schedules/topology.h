@@ -30,6 +30,8 @@ struct Topology {
   bool uniform() const;
   /// The CPUs of `host` (coresOf), 0 when not known.
   int coresOn(int host) const;
+  /// Some host has more ranks than CPUs (known ones only). Every rank sees the same.
+  bool crowded() const;
 };
 
 }  // namespace gs::stream

@@ -160,7 +160,12 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
     if (p->schedule.recvCount > 0) {
       p->recvRegion = registerUserMemory(device_, recv, p->schedule.recvCount * esize);
     }
-    const size_t chunkElements = std::max<size_t>(1, static_cast<size_t>(chunkBytes_) / esize);
+    // A reduce pipelines its buffer in a few pieces (reduceChunkBytes says why).
+    const size_t chunk =
+        args.kind == CollectiveKind::kReduce
+            ? reduceChunkBytes(topology_, args.count * esize, static_cast<size_t>(chunkBytes_))
+            : static_cast<size_t>(chunkBytes_);
+    const size_t chunkElements = std::max<size_t>(1, chunk / esize);
     p->plan = buildPlan({&p->schedule, send, recv, p->sendRegion.get(), p->recvRegion.get(), esize,
                          chunkElements,
                          std::max<size_t>(1, static_cast<size_t>(config_.slotsPerPeer) / 2)});

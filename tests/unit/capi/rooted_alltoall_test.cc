@@ -3,6 +3,8 @@
 // reduce algorithm (the cost model's choice, and each of chain, tree and linear through
 // GS_REDUCE_ALGO), in place, uneven all-to-all layouts with empty pairs, a pair that disagrees
 // on its count, and the argument errors.
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -104,6 +106,66 @@ TEST_P(RootedAllToAll, ReduceEveryDtypeRootAndCountInAndOutOfPlace) {
 TEST_P(RootedAllToAll, ReduceByEveryAlgorithm) {
   for (const char* algo : {"chain", "tree", "linear"})
     reduceEveryDtypeRootAndCount(nranks(), options(), algo);
+}
+
+// A reduce of a few slots' worth pipelines in pieces (schedules::reduceChunkBytes): a 1 MiB
+// buffer goes as 128 KiB chunks, not one slot-sized chunk, unless the ranks outnumber the cores
+// (the ranks here are threads of this process: its CPUs). Exact either way, the last chunk
+// short, in and out of place.
+TEST_P(RootedAllToAll, AReduceOfAFewSlotsPipelinesInPiecesAndStaysExact) {
+  const int n = nranks();
+  if (n < 2)
+    GTEST_SKIP() << "a lone rank sends nothing";
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(cpus), &cpus), 0);
+  const bool crowded = n > CPU_COUNT(&cpus);
+  const size_t count = (size_t{1} << 18) + 3;  // float32: 1 MiB and 12 bytes
+  RankOptions o = TransportRanksTest::options();
+  o.chunkBytes = 1 << 20;
+  Failures f;
+  std::vector<uint64_t> sent(n, 0);
+  runRanks(n, o, [&](int rank, gs_comm_t comm) {
+    const auto chunksSent = [&] {
+      gs_comm_stats_t st;
+      memset(&st, 0, sizeof(st));
+      st.struct_size = sizeof(st);
+      return gs_comm_stats(comm, &st) == GS_OK ? st.chunks_sent : 0;
+    };
+    for (bool inPlace : {false, true}) {
+      std::vector<float> send(count), recv(count, -1.0f);
+      for (size_t i = 0; i < count; ++i)
+        send[i] = static_cast<float>(valueOf(rank, i));
+      if (inPlace && rank == 0)
+        recv = send;
+      const uint64_t before = chunksSent();
+      if (gs_reduce(inPlace && rank == 0 ? recv.data() : send.data(), recv.data(), count,
+                    GS_FLOAT32, GS_SUM, 0, comm, nullptr) != GS_OK) {
+        f.add(std::string("gs_reduce: ") + gs_last_error());
+        return;
+      }
+      sent[rank] = std::max(sent[rank], chunksSent() - before);
+      for (size_t i = 0; rank == 0 && i < count; ++i) {
+        double want = 0;
+        for (int q = 0; q < n; ++q)
+          want += valueOf(q, i);
+        if (recv[i] != static_cast<float>(want)) {
+          f.add("element " + std::to_string(i) + (inPlace ? " in place" : ""));
+          return;
+        }
+      }
+    }
+  });
+  ASSERT_TRUE(f.list.empty()) << f.list.front();
+  // Every sender sent the buffer once: 9 chunks of at most 128 KiB, or fewer, larger ones
+  // (the communicator's chunk) where crowded.
+  const uint64_t most = *std::max_element(sent.begin(), sent.end());
+  const std::string where = std::to_string(n) + " ranks on " + std::to_string(CPU_COUNT(&cpus)) +
+                            " CPUs, chunks sent " + ::testing::PrintToString(sent);
+  if (crowded)
+    EXPECT_LT(most, 9u) << where;
+  else
+    EXPECT_GE(most, 9u) << where;
 }
 
 TEST_P(RootedAllToAll, AllToAllEveryDtypeAndCountInAndOutOfPlace) {
