@@ -145,6 +145,8 @@ void Engine::Run::onRemoteWrite(size_t li, const Completion& c) {
       }
       link.arrivedBytes[payload] = c.length;
       link.slotInUse[payload] = 1;
+      link.landedInPlace[payload] =
+          links[li].lands && c.id == transport::Connection::kLandedInPlace ? 1 : 0;
       if (links[li].counters != nullptr)
         links[li].counters->onChunkReceived(c.length);
       break;
@@ -238,6 +240,24 @@ bool Engine::Run::done() const {
 }
 
 void Engine::Run::execute(uint64_t startNs) {
+  // Raw chunks a receive copies out as they are land in place where the transport can (tcp:
+  // read from the socket straight to dst, sparing the copy out of the slot; a 2-rank 1 MiB
+  // sendrecv spent 16 % of its time in that copy). The landings end with the run, whatever
+  // ends it: the buffers are the caller's again.
+  struct Landings {
+    std::vector<LinkRun>& links;
+    ~Landings() {
+      for (LinkRun& lr : links) {
+        if (lr.lands)
+          lr.link->connection().clearLandings();
+      }
+    }
+  } landings{links};
+  for (size_t li = 0; li < links.size(); ++li) {
+    links[li].lands = links[li].link->connection().landsInPlace();
+    links[li].armed = 0;
+    armLandings(li);
+  }
   auto lastProgress = Clock::time_point(std::chrono::nanoseconds(startNs));
   IdleClock idleClock(lastProgress);
   // The clock is read in idle rounds only: a round that made progress restarts the no-progress

@@ -212,6 +212,21 @@ bool Engine::Run::processRecvs(size_t li) {
     op.slotMetaBytes = h.metaBytes;
     op.slotPayloadBytes = h.payloadBytes;
     bool applied = false;
+    if (link.landedInPlace[slot] != 0) {
+      // The transport read the payload straight to op.dst (armLandings): only a raw chunk of
+      // exactly op's bytes lands so, which the header must say it is.
+      link.landedInPlace[slot] = 0;
+      if (h.codec != static_cast<uint8_t>(format::CodecId::kRaw) || h.metaBytes != 0 ||
+          h.payloadBytes != static_cast<uint64_t>(op.count) * messageOf(op.message).elementSize) {
+        fail(Errc::kRemote, link.peer(),
+             formatString("invalid chunk from rank %d (step %u, chunk %u): a %s chunk of %u "
+                          "bytes where %u raw elements landed",
+                          link.peer(), op.step, op.chunkIndex,
+                          codecs::codecIdName(static_cast<format::CodecId>(h.codec)),
+                          h.payloadBytes, op.count));
+      }
+      applied = true;
+    }
     if ((h.flags & format::kChunkFlagPeerMemory) != 0) {
       // A copy is a raw decode: straight into place, unless a forward needs it in the slot.
       op.inDst = op.action == RecvAction::kCopy && op.count > 0 && forwardsFromDst(op);
@@ -228,6 +243,7 @@ bool Engine::Run::processRecvs(size_t li) {
     engine.stats_.chunksReceived++;
     progress = true;
   }
+  armLandings(li);
   // Chunks behind one that waits for its dependencies may sit in the peer's memory. (Only shm
   // leaves chunks there, and its notices arrive in order: behind one not arrived, none has.)
   if (waitsForDependencies)
@@ -241,6 +257,40 @@ bool Engine::Run::processRecvs(size_t li) {
 // allreduce a copy writes final data, nothing overwrites it during the call (broadcast chains
 // do not leave chunks in memory at all, see copiedOutByPeer in plan.cc).
 // One forward only (a tree node's two children would each need the check).
+bool Engine::Run::landsInPlace(const RecvOp& op) const {
+  const bool raw = op.raw || (args.kind != CollectiveKind::kPointToPoint && args.codec == nullptr &&
+                              !args.adaptive);
+  return raw && op.action == RecvAction::kCopy && op.count > 0 && op.forwarded == 0;
+}
+
+void Engine::Run::armLandings(size_t li) {
+  LinkRun& lr = links[li];
+  if (!lr.lands)
+    return;
+  Link& link = *lr.link;
+  const size_t end = std::min(lr.queues->recvs.size(), lr.processed + link.layout().slots);
+  size_t i = std::max(lr.armed, lr.processed);
+  for (; i < end; ++i) {
+    const RecvOp& op = lr.queues->recvs[i];
+    if (!landsInPlace(op))
+      continue;
+    if (!satisfied(op.depBegin, op.depEnd))
+      break;  // not yet: a send may still read dst (in place)
+    // The payload goes to dst only behind the very header this receive expects: a chunk of
+    // another call (a peer that passed another dtype of the same size) lands in the slot and
+    // fails validation there, leaving dst untouched as without landing.
+    const uint64_t seq = lr.recvBase + i;
+    const auto bytes = static_cast<uint32_t>(op.count * messageOf(op.message).elementSize);
+    format::ChunkHeader expected;
+    fillHeader(&expected, op, seq, static_cast<uint8_t>(format::CodecId::kRaw), 0, bytes);
+    link.connection().landAt(
+        link.slot(link.slotOf(seq)),
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&expected), sizeof(expected)),
+        op.dst, bytes);
+  }
+  lr.armed = i;
+}
+
 bool Engine::Run::forwardsFromDst(const RecvOp& op) const {
   if (op.forwarded != 1 || op.forwardedOn < 0)
     return false;

@@ -9,6 +9,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -94,6 +95,10 @@ struct Engine::Run {
     std::vector<size_t> awaitingRead;
     size_t awaitingReadHead = 0;
     bool answered = false;  // a kPong came back since the last liveness check was sent
+    // Landing in place (transport::Connection::landAt): whether the link's transport can, and
+    // the receives armed so far (this run's queue index).
+    bool lands = false;
+    size_t armed = 0;
   };
 
   Engine& engine;
@@ -189,12 +194,31 @@ struct Engine::Run {
   int peerInSmallRounds = 0;
 
   // Send path (engine_send.cc): headers, encoding (error feedback, sampled error), posting.
+  // The header of a chunk: the one a send writes, or (RecvOp) the one its receive expects.
+  template <class Op>
   void fillHeader(format::ChunkHeader* h,
-                  const SendOp& op,
+                  const Op& op,
                   uint64_t seq,
                   uint8_t codecId,
                   uint32_t metaBytes,
-                  uint32_t payloadBytes) const;
+                  uint32_t payloadBytes) const {
+    memset(h, 0, sizeof(*h));
+    h->magic = format::kChunkMagic;
+    h->version = format::kChunkVersion;
+    h->codec = codecId;
+    h->dtype = static_cast<uint8_t>(messageOf(op.message).dtype);
+    h->collectiveId = callIdOf(op.message);
+    h->step = op.step;
+    h->sequence = seq;
+    h->chunkIndex = op.chunkIndex;
+    h->elementCount = op.count;
+    h->metaBytes = metaBytes;
+    h->payloadBytes = payloadBytes;
+    h->elementOffset = op.elementOffset;
+    h->totalCount = totalCountOf(op.stepCount);
+    h->collective = static_cast<uint8_t>(args.kind);
+    h->reduceOp = static_cast<uint8_t>(args.op);
+  }
   uint64_t seedOf(const SendOp& op) const;
   bool postSends(size_t li);
   void onSendComplete(size_t li, size_t index);
@@ -235,6 +259,12 @@ struct Engine::Run {
                 const uint8_t* values,
                 uint8_t* slotPayload);
   bool processRecvs(size_t li);
+  // Tells a transport that lands writes in place (tcp) where the raw chunks of the next
+  // receives go, for as many as the link's slots (the chunks the sender may send now).
+  void armLandings(size_t li);
+  // Whether a receive's chunk may land in place: copied out of its slot as it is, and forwarded
+  // from nowhere.
+  bool landsInPlace(const RecvOp& op) const;
   // Single copy: copies a kChunkFlagPeerMemory chunk's payload (its reference is in the slot
   // after the header) from the peer's memory into `into`; fails the run naming the peer.
   void readFromPeer(size_t li,

@@ -11,30 +11,6 @@
 
 namespace gs::stream {
 
-void Engine::Run::fillHeader(format::ChunkHeader* h,
-                             const SendOp& op,
-                             uint64_t seq,
-                             uint8_t codecId,
-                             uint32_t metaBytes,
-                             uint32_t payloadBytes) const {
-  memset(h, 0, sizeof(*h));
-  h->magic = format::kChunkMagic;
-  h->version = format::kChunkVersion;
-  h->codec = codecId;
-  h->dtype = static_cast<uint8_t>(messageOf(op.message).dtype);
-  h->collectiveId = callIdOf(op.message);
-  h->step = op.step;
-  h->sequence = seq;
-  h->chunkIndex = op.chunkIndex;
-  h->elementCount = op.count;
-  h->metaBytes = metaBytes;
-  h->payloadBytes = payloadBytes;
-  h->elementOffset = op.elementOffset;
-  h->totalCount = totalCountOf(op.stepCount);
-  h->collective = static_cast<uint8_t>(args.kind);
-  h->reduceOp = static_cast<uint8_t>(args.op);
-}
-
 // Seed of stochastic rounding: the same on every run of the same chunk, different per chunk.
 uint64_t Engine::Run::seedOf(const SendOp& op) const {
   return (static_cast<uint64_t>(callIdOf(op.message)) << 40) ^

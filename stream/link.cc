@@ -25,6 +25,7 @@ void Link::FreeDeleter::operator()(uint8_t* p) const noexcept {
 Link::Link(int peer, transport::Device& device, const SlotLayout& layout)
     : arrivedBytes(layout.slots, kNotArrived),
       slotInUse(layout.slots, 0),
+      landedInPlace(layout.slots, 0),
       headerBusy(layout.slots, 0),
       peer_(peer),
       device_(&device),

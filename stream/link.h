@@ -88,6 +88,7 @@ class Link {
   size_t slotOf(uint64_t sequence) const { return sequence % layout_.slots; }
   std::vector<uint32_t> arrivedBytes;  // per slot; kNotArrived when empty
   std::vector<uint8_t> slotInUse;      // per slot: arrived and not yet released (credited)
+  std::vector<uint8_t> landedInPlace;  // per slot: its payload is at its receive's dst (tcp)
   static constexpr uint32_t kNotArrived = 0xffffffffu;
   uint64_t recvSequence = 0;  // next chunk sequence expected from the peer
   uint64_t released = 0;      // chunks released back to the peer (cumulative)

@@ -375,6 +375,7 @@ void appendMessage(Plan& plan, Plan::LinkQueues& q, const MessageInput& m) {
       op.action = RecvAction::kCopy;
       op.finalize = false;
       op.dst = m.buffer + offset * esize;
+      op.raw = m.raw;
       op.stepCount = m.count;
       op.message = index;
       q.recvs.push_back(op);

@@ -92,6 +92,31 @@ class Connection {
   virtual void appendReadinessFds(std::vector<pollfd>& fds) const { (void)fds; }
   virtual void takeReadiness(std::span<const pollfd> fds) { (void)fds; }
 
+  /// Landing in place (tcp): the payload of the peer's next write to `slot` (an address in a
+  /// region this end registered) may be read from the socket straight to where its receiver
+  /// would copy it. The write's first expect.size() bytes (at most kMaxLandingPrefix: a chunk
+  /// header) go to `slot` as usual; when they equal `expect` and the write is exactly that
+  /// plus `bytes` long, the next `bytes` go to `dst`, and its kRemoteWrite completion carries
+  /// kLandedInPlace as its id. Any other write lands in `slot` whole: nothing reaches `dst`
+  /// that its receiver would not have copied there. A landing is used once; a later one for
+  /// the same slot replaces it. clearLandings() forgets them all and sends the rest of a
+  /// payload being received into its slot: `dst` is the caller's again. Transports whose writes
+  /// land in memory the peer writes itself (shm, verbs) have no such path (landsInPlace()
+  /// false) and ignore both.
+  static constexpr WorkId kLandedInPlace = 1;
+  static constexpr size_t kMaxLandingPrefix = 64;
+  virtual bool landsInPlace() const { return false; }
+  virtual void landAt(uint8_t* slot,
+                      std::span<const uint8_t> expect,
+                      uint8_t* dst,
+                      uint32_t bytes) {
+    (void)slot;
+    (void)expect;
+    (void)dst;
+    (void)bytes;
+  }
+  virtual void clearLandings() {}
+
   /// Single copy between processes of one host (shm with cross-memory attach): whether the peer
   /// has shown it can read this process's memory, so a sender may hand it where a payload is
   /// instead of copying the payload (format::kChunkFlagPeerMemory). False where unsupported.

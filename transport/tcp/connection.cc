@@ -327,9 +327,60 @@ bool Connection::startFrame(Channel& ch) {
   }
   ch.payloadAt = region.data + h.offset;
   ch.payloadLeft = h.length;
+  ch.nextLeft = 0;
+  ch.landedFrom = nullptr;
   ch.landing = Completion{0, CompletionKind::kRemoteWrite, Errc::kOk, h.imm, h.length};
+  for (size_t i = 0; i < landings_.size(); ++i) {
+    const Landing l = landings_[i];
+    if (l.slot != ch.payloadAt)
+      continue;
+    landings_[i] = landings_.back();
+    landings_.pop_back();
+    if (h.length == static_cast<uint64_t>(l.keep) + l.bytes && l.bytes > 0) {
+      ch.payloadLeft = l.keep;
+      ch.keep = l.keep;
+      ch.expect = l.expect;
+      ch.nextAt = l.dst;
+      ch.nextLeft = l.bytes;
+      ch.slotNext = l.slot + l.keep;
+    }
+    break;
+  }
   ch.state = RecvState::kPayload;
   return true;
+}
+
+void Connection::landAt(uint8_t* slot,
+                        std::span<const uint8_t> expect,
+                        uint8_t* dst,
+                        uint32_t bytes) {
+  Landing next{
+      slot, static_cast<uint32_t>(std::min(expect.size(), kMaxLandingPrefix)), {}, dst, bytes};
+  std::memcpy(next.expect.data(), expect.data(), next.keep);
+  for (Landing& l : landings_) {
+    if (l.slot == slot) {
+      l = next;
+      return;
+    }
+  }
+  landings_.push_back(next);
+}
+
+void Connection::clearLandings() {
+  landings_.clear();
+  // A payload on its way to a landing's dst goes on into its slot (the rest of it; what came
+  // before is in dst): dst is the caller's again.
+  for (auto& ch : channels_) {
+    if (ch->state != RecvState::kPayload)
+      continue;
+    if (ch->landedFrom != nullptr) {
+      ch->payloadAt = ch->slotNext + (ch->payloadAt - ch->landedFrom);
+      ch->landedFrom = nullptr;
+      ch->landing.id = 0;
+    } else if (ch->nextLeft > 0) {
+      ch->nextAt = ch->slotNext;  // the rest goes to the slot whatever its first bytes say
+    }
+  }
 }
 
 bool Connection::startSend(Channel& ch) {
@@ -359,7 +410,20 @@ bool Connection::consumeAhead(Channel& ch) {
     }
     const size_t ahead = ch.aheadEnd - ch.aheadBegin;
     if (ch.state == RecvState::kPayload) {
+      if (ch.payloadLeft == 0 && ch.nextLeft > 0) {
+        // The first bytes of a write that may land in place are in its slot: the rest goes to
+        // the landing's dst only if they are what the receiver expects.
+        const bool lands = ch.nextAt != ch.slotNext &&
+                           std::memcmp(ch.slotNext - ch.keep, ch.expect.data(), ch.keep) == 0;
+        ch.landedFrom = lands ? ch.nextAt : nullptr;
+        ch.landing.id = lands ? kLandedInPlace : 0;
+        ch.payloadAt = lands ? ch.nextAt : ch.slotNext;
+        ch.payloadLeft = ch.nextLeft;
+        ch.nextLeft = 0;
+        continue;
+      }
       if (ch.payloadLeft == 0) {
+        ch.landedFrom = nullptr;
         if (completions_.full())
           return false;  // resume when the caller has polled
         completions_.push(ch.landing);

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -53,6 +54,12 @@ class Connection final : public transport::Connection {
 
   void appendReadinessFds(std::vector<pollfd>& fds) const override;
   void takeReadiness(std::span<const pollfd> fds) override;
+  bool landsInPlace() const override { return true; }
+  void landAt(uint8_t* slot,
+              std::span<const uint8_t> expect,
+              uint8_t* dst,
+              uint32_t bytes) override;
+  void clearLandings() override;
 
   /// TCP_INFO of every live socket: the largest rtt, summed retransmits and cwnd.
   bool linkInfo(transport::LinkInfo* out) const override;
@@ -98,12 +105,30 @@ class Connection final : public transport::Connection {
     uint32_t sendLength = 0;  // a send frame waiting for a posted receive
     uint8_t* payloadAt = nullptr;
     size_t payloadLeft = 0;
-    Completion landing{};       // reported when the payload is complete
-    bool closedByPeer = false;  // end of file seen between frames
+    // A write that may land in place (landAt): after [payloadAt, payloadLeft) (its first bytes,
+    // to the slot) come nextLeft more, to nextAt (the landing's dst) if those first bytes are
+    // `expect`, else to slotNext (after them in the slot).
+    std::array<uint8_t, kMaxLandingPrefix> expect{};
+    uint32_t keep = 0;
+    uint8_t* nextAt = nullptr;
+    size_t nextLeft = 0;
+    uint8_t* slotNext = nullptr;
+    uint8_t* landedFrom = nullptr;  // dst while the payload goes there, else null
+    Completion landing{};           // reported when the payload is complete
+    bool closedByPeer = false;      // end of file seen between frames
     // Whether a read may find bytes: false once a read came back short (the socket is
     // drained) or a readiness check said nothing is there; true again after each poll().
     bool mayHaveData = true;
   };
+
+  struct Landing {
+    uint8_t* slot;
+    uint32_t keep;
+    std::array<uint8_t, kMaxLandingPrefix> expect;
+    uint8_t* dst;
+    uint32_t bytes;
+  };
+  std::vector<Landing> landings_;  // at most one per slot (a run's next chunks)
 
   PostResult enqueue(const SendOp& op);
   // Where op goes: in a batch, behind the small frames already waiting on a socket; otherwise

@@ -207,6 +207,90 @@ TEST(TcpTransport, APollAfterAReadinessCheckReadsOnlyTheSocketsItNamed) {
   EXPECT_EQ(got[0].imm, 6u);
 }
 
+// Landing in place (Connection::landAt): a write whose first bytes are what the landing
+// expects has the rest read straight to dst; any other write (first bytes differ, another
+// length, a landing cleared) lands whole where it was written and leaves dst untouched.
+TEST(TcpTransport, AWriteLandsInPlaceOnlyBehindTheExpectedPrefix) {
+  constexpr size_t kPrefix = 64, kRest = 300000;  // a chunk header, then more than a read
+  OneWayPair pair("tcp", kPrefix + kRest, 0);
+  for (size_t i = 0; i < pair.src.size(); ++i)
+    pair.src[i] = static_cast<uint8_t>(i * 31 + 7);
+  Connection& in = *pair.ranks[1].peers[0];
+  ASSERT_TRUE(in.landsInPlace());
+  auto* slot = static_cast<uint8_t*>(pair.rd->data());
+  std::vector<uint8_t> dst(kRest);
+  const auto receive = [&](uint32_t imm) {
+    Completion got[4];
+    (void)pair.ranks[0].peers[1]->poll(got);
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    while (std::chrono::steady_clock::now() < until) {
+      (void)pair.ranks[0].peers[1]->poll(got);
+      const size_t n = in.poll(got);
+      if (n > 0) {
+        EXPECT_EQ(n, 1u);
+        EXPECT_EQ(got[0].imm, imm);
+        EXPECT_EQ(got[0].length, kPrefix + kRest);
+        return got[0];
+      }
+    }
+    ADD_FAILURE() << "write " << imm << " never arrived: " << in.errorMessage();
+    return Completion{};
+  };
+  const auto reset = [&] {
+    std::fill(slot, slot + pair.src.size(), 0xee);
+    std::fill(dst.begin(), dst.end(), 0xdd);
+  };
+  const std::span<const uint8_t> prefix(pair.src.data(), kPrefix);
+  const std::vector<uint8_t> rest(pair.src.begin() + kPrefix, pair.src.end());
+
+  reset();
+  in.landAt(slot, prefix, dst.data(), kRest);
+  ASSERT_EQ(pair.write(1, 1), PostResult::kOk);
+  Completion c = receive(1);
+  EXPECT_EQ(c.id, Connection::kLandedInPlace);
+  EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), slot)) << "the prefix goes to the slot";
+  EXPECT_EQ(dst, rest) << "the rest goes to dst";
+  EXPECT_EQ(slot[kPrefix], 0xee) << "and not to the slot";
+
+  // Used once: the next write to the slot lands there.
+  reset();
+  ASSERT_EQ(pair.write(2, 2), PostResult::kOk);
+  c = receive(2);
+  EXPECT_EQ(c.id, 0u);
+  EXPECT_TRUE(std::equal(pair.src.begin(), pair.src.end(), slot));
+  EXPECT_EQ(dst, std::vector<uint8_t>(kRest, 0xdd));
+
+  // First bytes other than expected (another call's header): all in the slot.
+  reset();
+  std::vector<uint8_t> other(prefix.begin(), prefix.end());
+  other[9] ^= 1;
+  in.landAt(slot, other, dst.data(), kRest);
+  ASSERT_EQ(pair.write(3, 3), PostResult::kOk);
+  c = receive(3);
+  EXPECT_EQ(c.id, 0u);
+  EXPECT_TRUE(std::equal(pair.src.begin(), pair.src.end(), slot));
+  EXPECT_EQ(dst, std::vector<uint8_t>(kRest, 0xdd));
+
+  // Another length (an encoded chunk): all in the slot.
+  reset();
+  in.landAt(slot, prefix, dst.data(), kRest - 4);
+  ASSERT_EQ(pair.write(4, 4), PostResult::kOk);
+  c = receive(4);
+  EXPECT_EQ(c.id, 0u);
+  EXPECT_TRUE(std::equal(pair.src.begin(), pair.src.end(), slot));
+  EXPECT_EQ(dst, std::vector<uint8_t>(kRest, 0xdd));
+
+  // Cleared before the write arrives: all in the slot.
+  reset();
+  in.landAt(slot, prefix, dst.data(), kRest);
+  in.clearLandings();
+  ASSERT_EQ(pair.write(5, 5), PostResult::kOk);
+  c = receive(5);
+  EXPECT_EQ(c.id, 0u);
+  EXPECT_TRUE(std::equal(pair.src.begin(), pair.src.end(), slot));
+  EXPECT_EQ(dst, std::vector<uint8_t>(kRest, 0xdd));
+}
+
 TEST(TcpTransport, GarbageOnListenerIsRejectedAndPeersStillConnect) {
   const uint64_t fabric = freshFabricId();
   RankSetup setup;
