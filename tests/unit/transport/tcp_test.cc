@@ -252,43 +252,27 @@ TEST(TcpTransport, AWriteLandsInPlaceOnlyBehindTheExpectedPrefix) {
   EXPECT_EQ(dst, rest) << "the rest goes to dst";
   EXPECT_EQ(slot[kPrefix], 0xee) << "and not to the slot";
 
-  // Used once: the next write to the slot lands there.
+  // Every other write lands whole in the slot, dst untouched.
+  const auto landsWholeInTheSlot = [&](uint32_t imm, const char* what) {
+    ASSERT_EQ(pair.write(imm, imm), PostResult::kOk) << what;
+    EXPECT_EQ(receive(imm).id, 0u) << what;
+    EXPECT_TRUE(std::equal(pair.src.begin(), pair.src.end(), slot)) << what;
+    EXPECT_EQ(dst, std::vector<uint8_t>(kRest, 0xdd)) << what;
+  };
   reset();
-  ASSERT_EQ(pair.write(2, 2), PostResult::kOk);
-  c = receive(2);
-  EXPECT_EQ(c.id, 0u);
-  EXPECT_TRUE(std::equal(pair.src.begin(), pair.src.end(), slot));
-  EXPECT_EQ(dst, std::vector<uint8_t>(kRest, 0xdd));
-
-  // First bytes other than expected (another call's header): all in the slot.
+  landsWholeInTheSlot(2, "the next write (a landing is used once)");
   reset();
   std::vector<uint8_t> other(prefix.begin(), prefix.end());
   other[9] ^= 1;
   in.landAt(slot, other, dst.data(), kRest);
-  ASSERT_EQ(pair.write(3, 3), PostResult::kOk);
-  c = receive(3);
-  EXPECT_EQ(c.id, 0u);
-  EXPECT_TRUE(std::equal(pair.src.begin(), pair.src.end(), slot));
-  EXPECT_EQ(dst, std::vector<uint8_t>(kRest, 0xdd));
-
-  // Another length (an encoded chunk): all in the slot.
+  landsWholeInTheSlot(3, "first bytes other than expected (another call's header)");
   reset();
   in.landAt(slot, prefix, dst.data(), kRest - 4);
-  ASSERT_EQ(pair.write(4, 4), PostResult::kOk);
-  c = receive(4);
-  EXPECT_EQ(c.id, 0u);
-  EXPECT_TRUE(std::equal(pair.src.begin(), pair.src.end(), slot));
-  EXPECT_EQ(dst, std::vector<uint8_t>(kRest, 0xdd));
-
-  // Cleared before the write arrives: all in the slot.
+  landsWholeInTheSlot(4, "another length (an encoded chunk)");
   reset();
   in.landAt(slot, prefix, dst.data(), kRest);
   in.clearLandings();
-  ASSERT_EQ(pair.write(5, 5), PostResult::kOk);
-  c = receive(5);
-  EXPECT_EQ(c.id, 0u);
-  EXPECT_TRUE(std::equal(pair.src.begin(), pair.src.end(), slot));
-  EXPECT_EQ(dst, std::vector<uint8_t>(kRest, 0xdd));
+  landsWholeInTheSlot(5, "a landing cleared before the write");
 }
 
 TEST(TcpTransport, GarbageOnListenerIsRejectedAndPeersStillConnect) {
