@@ -43,4 +43,22 @@ for n in 2 4 8; do
     echo "tree N=$n: $tree_us us not slower than ring $ring_us us FAIL"; fail=1
   fi
 done
+# --cores: 3 ranks on one host of 2 cores over tcp, 16 MiB. With a core per rank the ring is
+# the fastest; crowded, the closed form (cost_model.h) puts it behind halving-doubling, whose
+# fold leaves two ranks working (as measured: bench/algo_choice.sh).
+crowded() {  # crowded CORES algo -> "time_us how"
+  "$sim" --ranks 3 --per-host 3 --transport tcp ${1:+--cores "$1"} -b 16M -e 16M |
+    awk -v a="$2" '!/^#/ && $2 == a { print $3, $NF; found = 1 } END { exit !found }'
+}
+read -r ring_free _ < <(crowded "" ring)
+read -r hd_free _ < <(crowded "" halving_doubling)
+read -r ring_two how < <(crowded 2 ring)
+read -r hd_two _ < <(crowded 2 halving_doubling)
+if awk -v r="$ring_free" -v h="$hd_free" -v r2="$ring_two" -v h2="$hd_two" \
+  'BEGIN { exit !(r < h && r2 > h2) }' && [[ $how == form ]]; then
+  echo "3 ranks, tcp, 16 MiB: ring $ring_free < hd $hd_free us; on 2 cores ring $ring_two > hd $hd_two us (closed form) ok"
+else
+  echo "3 ranks, tcp, 16 MiB: ring $ring_free / hd $hd_free us; on 2 cores ring $ring_two / hd $hd_two us ($how) FAIL"
+  fail=1
+fi
 exit $fail

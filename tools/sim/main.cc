@@ -21,7 +21,10 @@ using gs::stream::Algorithm;
           "usage: gradstream-sim [--ranks N[,N...]] [--per-host L] [-b bytes] [-e bytes] [-f f]\n"
           "         [--inter-gbps G] [--inter-us A] [--intra-gbps G] [--intra-us A]\n"
           "         [--reduce-gbps G] [--chunk bytes] [--codec-ratio R] [--transport T]\n"
+          "         [--cores C]\n"
           "  --transport T: take both link classes from the measured defaults of T (tcp, shm)\n"
+          "  --cores C: CPUs per host (default: one per rank); fewer than --per-host prices the\n"
+          "    crowded phases by the cost model's closed form\n"
           "  sizes accept K/M/G suffixes; defaults: 8 ranks, 8 per host, 8 B .. 1 GiB, x4\n");
   exit(why ? 2 : 0);
 }
@@ -70,6 +73,7 @@ std::string human(double bytes) {
 int main(int argc, char** argv) {
   std::vector<int> ranks = {8};
   int perHost = 8;
+  int cores = 0;  // per host; 0: a core per rank
   double minBytes = 8, maxBytes = 1 << 30, factor = 4;
   gs::stream::CostModel model;
   model.intraHost = gs::stream::CostModel::measured("shm");
@@ -85,6 +89,8 @@ int main(int argc, char** argv) {
       ranks = parseList(v);
     else if (a == "--per-host")
       perHost = atoi(v);
+    else if (a == "--cores")
+      cores = atoi(v);
     else if (a == "-b")
       minBytes = parseSize(v);
     else if (a == "-e")
@@ -110,19 +116,22 @@ int main(int argc, char** argv) {
     else
       usage(("unknown argument " + a).c_str());
   }
-  if (perHost < 1 || factor <= 1 || minBytes < 1 || ranks.empty())
+  if (perHost < 1 || factor <= 1 || minBytes < 1 || ranks.empty() || cores < 0)
     usage("bad arguments");
   for (int n : ranks) {
     if (n < 1 || n > 65536)
       usage("ranks must be in 1..65536");
-    const auto topo = gs::stream::Topology::blocks(n, perHost);
+    auto topo = gs::stream::Topology::blocks(n, perHost);
+    if (cores > 0)
+      topo.coresOf.assign(static_cast<size_t>(topo.hosts()), cores);
     printf(
         "# gradstream-sim: allreduce, %d ranks, %d per host (%d hosts); intra %.1f us %.1f GB/s, "
-        "inter %.1f us %.1f GB/s, reduce %.1f GB/s, chunk %s, codec ratio %.2f\n",
+        "inter %.1f us %.1f GB/s, reduce %.1f GB/s, chunk %s, codec ratio %.2f%s\n",
         n, perHost, topo.hosts(), model.intraHost.alphaSeconds * 1e6,
         1e-9 / model.intraHost.betaSecondsPerByte, model.interHost.alphaSeconds * 1e6,
         1e-9 / model.interHost.betaSecondsPerByte, 1e-9 / model.gammaSecondsPerByte,
-        human(model.chunkBytes).c_str(), model.codecRatio);
+        human(model.chunkBytes).c_str(), model.codecRatio,
+        cores > 0 ? (", " + std::to_string(cores) + " cores per host").c_str() : "");
     printf("# %10s %-17s %12s %11s %11s %s\n", "size(B)", "algorithm", "time(us)", "algbw(GB/s)",
            "busbw(GB/s)", "how");
     double crossover = 0;

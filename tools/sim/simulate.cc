@@ -42,7 +42,9 @@ Prediction simulateAllReduce(stream::Algorithm algo,
   const size_t count = std::max<size_t>(1, static_cast<size_t>(bytes / 4));
   const double elementBytes = bytes / static_cast<double>(count);
   const Schedule probe = stream::buildAllReduce(algo, 0, topology, count);
-  if (probe.steps.size() * static_cast<size_t>(n) > maxSteps) {
+  // The step-by-step run gives every rank a core: ranks outnumbering a host's cores are priced
+  // by the closed form, which knows them (cost_model.h).
+  if (probe.steps.size() * static_cast<size_t>(n) > maxSteps || topology.crowded()) {
     out.seconds = stream::predictAllReduceSeconds(algo, topology, bytes, model);
     return out;
   }

@@ -9,7 +9,8 @@ namespace gs::sim {
 /// Result of running one algorithm's schedules on the cost model.
 struct Prediction {
   double seconds = 0;
-  bool executed = false;  // false: the schedules were too large to run; closed form used
+  bool executed = false;  // false: the closed form was used (schedules too large to run, or
+                          // ranks outnumbering a host's cores)
 };
 
 /// Runs the allreduce schedules of every rank (the ones the engine runs) as timed messages:
