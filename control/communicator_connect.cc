@@ -369,6 +369,9 @@ void Communicator::startEngine(const std::vector<PeerInfo>& infos,
   engine_->setTopology(topology_);
   engine_->setLinkMaker([this](const std::vector<int>& peers) { linkLater(peers); });
   engine_->setChunkBytes(pipelineChunk_);
+  // A reduce's pieces suit its slowest link, as the cost model prices it.
+  engine_->setReducePieceBytes(static_cast<size_t>(
+      (topology_.hosts() > 1 ? costModel_.interHost : costModel_.intraHost).reducePieceBytes));
   // Small all-to-all, allgather and reduce-scatter calls of more than two ranks may swap blocks
   // through the shm mailboxes of every pair: only where every pair shares memory (every rank
   // computes this alike from the rendezvous records).

@@ -17,6 +17,9 @@ struct LinkCost {
   /// left in the receiver's slots without it. 0: every message (tcp: the kernel copies at both
   /// ends).
   double crowdedFromBytes = 0;
+  /// The smallest piece a pipelined reduce cuts its buffer into over this link
+  /// (reduceChunkBytes): below it a piece's per-message cost outweighs the overlap it buys.
+  double reducePieceBytes = 128 << 10;
 };
 
 /// The alpha-beta-gamma model the algorithm choice and the simulator (tools/sim) share.

@@ -145,10 +145,15 @@ bool parseReduceAlgorithm(const std::string& name, ReduceAlgorithm* out);
 /// (`chunkBytes`, its receive slot), so that a hop's copy into the next rank's slot and that
 /// rank's reduction overlap: a 2-rank 1 MiB reduce over shm took 200 us as one 1 MiB chunk
 /// (the copy, then the reduction) and 85 as eight of 128 KiB. Buffers from kReducePipelineMin
-/// bytes take eight chunks, of at least 128 KiB; where a host's ranks outnumber its cores every
-/// chunk is a hand-off between ranks waiting for a core (4 ranks on 2: 0.2 -> 2-4 ms), so there
-/// the chunk stays whole. The same on every rank: it depends on the call and the topology.
-size_t reduceChunkBytes(const Topology& topology, size_t bytes, size_t chunkBytes);
+/// bytes take eight chunks, of at least `minPieceBytes` (the link's LinkCost::reducePieceBytes:
+/// 128 KiB over shm, 256 KiB over tcp); where a host's ranks outnumber its cores every chunk is
+/// a hand-off between ranks waiting for a core (4 ranks on 2: 0.2 -> 2-4 ms), so there the
+/// chunk stays whole. The same on every rank: it depends on the call, the topology and the
+/// transports, which every rank knows alike.
+size_t reduceChunkBytes(const Topology& topology,
+                        size_t bytes,
+                        size_t chunkBytes,
+                        size_t minPieceBytes);
 inline constexpr size_t kReducePipelineMin = 512 << 10;
 
 /// Element counts and displacements of an all-to-all on one rank, one entry per peer

@@ -162,11 +162,14 @@ Schedule buildReduce(ReduceAlgorithm algo, int rank, int nranks, int root, size_
   return chainReduce(rank, nranks, root, count);
 }
 
-size_t reduceChunkBytes(const Topology& topology, size_t bytes, size_t chunkBytes) {
-  constexpr size_t kPieces = 8, kMinChunk = 128 << 10, kGranule = 64 << 10;
+size_t reduceChunkBytes(const Topology& topology,
+                        size_t bytes,
+                        size_t chunkBytes,
+                        size_t minPieceBytes) {
+  constexpr size_t kPieces = 8, kGranule = 64 << 10;
   if (bytes < kReducePipelineMin || topology.crowded())
     return chunkBytes;
-  const size_t piece = std::max(bytes / kPieces / kGranule * kGranule, kMinChunk);
+  const size_t piece = std::max(bytes / kPieces / kGranule * kGranule, minPieceBytes);
   return std::min(piece, chunkBytes);
 }
 

@@ -201,6 +201,9 @@ class Engine {
   /// rank must set the same value before the same collective: codec=auto agrees on it).
   void setChunkBytes(int64_t bytes);
   int64_t chunkBytes() const { return chunkBytes_; }
+  /// The smallest piece a reduce's pipeline cuts (reduceChunkBytes): the links' cost model's
+  /// LinkCost::reducePieceBytes, alike on every rank. Default: shm's.
+  void setReducePieceBytes(size_t bytes) { reducePieceBytes_ = bytes; }
 
   /// Links made after construction: all-to-all and the reduce tree reach peers the other
   /// schedules do not, and linking every pair up front costs a slot ring per pair. Called with
@@ -333,6 +336,7 @@ class Engine {
   uint64_t lossyChunks_ = 0;  // chunks encoded by a lossy codec (error sampling clock)
   Topology topology_;
   int64_t chunkBytes_ = 0;  // config_.chunkBytes until setChunkBytes()
+  size_t reducePieceBytes_ = 128 << 10;
   int spinRounds_ = 8;
   std::chrono::microseconds spinTime_{0};
   std::chrono::microseconds creditFlushAfter_{0};

@@ -149,25 +149,32 @@ TEST(CostModel, CrowdingOnlySlowsAndNeedsMoreRanksThanCores) {
   EXPECT_DOUBLE_EQ(predictAllReduceSeconds(Algorithm::kRing, four, 1 << 20, tcp), 4 * alone);
 }
 
-// A reduce's chunk (schedule.h): eight pieces of at least 128 KiB from 512 KiB on, at most the
-// communicator's chunk; the communicator's chunk below that and wherever ranks outnumber cores.
+// A reduce's chunk (schedule.h): eight pieces of at least the link's piece from 512 KiB on, at
+// most the communicator's chunk; the communicator's chunk below that and wherever ranks
+// outnumber cores.
 TEST(ReduceChunk, PiecesFromHalfAMebibyteUnlessCrowded) {
   const size_t kib = 1024, mib = kib * kib;
+  const auto shm = static_cast<size_t>(CostModel::measured("shm").reducePieceBytes);
+  const auto tcp = static_cast<size_t>(CostModel::measured("tcp").reducePieceBytes);
+  EXPECT_EQ(shm, 128 * kib);
+  EXPECT_EQ(tcp, 256 * kib);
   Topology two = Topology::blocks(2, 2);
   two.coresOf = {2};
-  EXPECT_EQ(reduceChunkBytes(two, 256 * kib, mib), mib);
-  EXPECT_EQ(reduceChunkBytes(two, 512 * kib, mib), 128 * kib);
-  EXPECT_EQ(reduceChunkBytes(two, mib + 12, mib), 128 * kib);
-  EXPECT_EQ(reduceChunkBytes(two, 4 * mib, mib), 512 * kib);
-  EXPECT_EQ(reduceChunkBytes(two, 4 * mib + 3, mib), 512 * kib);  // 64 KiB granules
-  EXPECT_EQ(reduceChunkBytes(two, 64 * mib, mib), mib);
-  EXPECT_EQ(reduceChunkBytes(two, 4 * mib, 256 * kib), 256 * kib);
-  EXPECT_EQ(reduceChunkBytes(Topology::blocks(2, 2), mib, mib), 128 * kib);  // cores unknown
+  EXPECT_EQ(reduceChunkBytes(two, 256 * kib, mib, shm), mib);
+  EXPECT_EQ(reduceChunkBytes(two, 512 * kib, mib, shm), 128 * kib);
+  EXPECT_EQ(reduceChunkBytes(two, mib + 12, mib, shm), 128 * kib);
+  EXPECT_EQ(reduceChunkBytes(two, mib + 12, mib, tcp), 256 * kib);  // four pieces over tcp
+  EXPECT_EQ(reduceChunkBytes(two, 4 * mib, mib, shm), 512 * kib);
+  EXPECT_EQ(reduceChunkBytes(two, 4 * mib, mib, tcp), 512 * kib);
+  EXPECT_EQ(reduceChunkBytes(two, 4 * mib + 3, mib, shm), 512 * kib);  // 64 KiB granules
+  EXPECT_EQ(reduceChunkBytes(two, 64 * mib, mib, shm), mib);
+  EXPECT_EQ(reduceChunkBytes(two, 4 * mib, 256 * kib, shm), 256 * kib);
+  EXPECT_EQ(reduceChunkBytes(Topology::blocks(2, 2), mib, mib, shm), 128 * kib);  // cores unknown
   Topology four = Topology::blocks(4, 4);
   four.coresOf = {2};
   EXPECT_TRUE(four.crowded());
   EXPECT_FALSE(two.crowded());
-  EXPECT_EQ(reduceChunkBytes(four, 4 * mib, mib), mib);
+  EXPECT_EQ(reduceChunkBytes(four, 4 * mib, mib, shm), mib);
 }
 
 TEST(CostModel, MeasuredDefaultsOrderTheTransports) {
