@@ -101,5 +101,44 @@ TEST(CodecErrorBounds, RelativeL2ErrorStaysUnderTheDocumentedBound) {
   }
 }
 
+// The guardrail's relativeError (codecs/error_measure.cc: float blocks, double where a block
+// cannot be trusted) against a double sum element by element: random data of a count that is
+// no multiple of the block or the lanes, non-finite elements (skipped), values whose squares
+// overflow float, values whose squares fall below its normal range, and the zero cases.
+TEST(CodecErrorBounds, SampledRelativeErrorMatchesADoubleSum) {
+  const auto reference = [](const std::vector<float>& x, const std::vector<float>& y) {
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (!std::isfinite(x[i]) || !std::isfinite(y[i]))
+        continue;
+      diff += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
+      norm += static_cast<double>(x[i]) * x[i];
+    }
+    return norm == 0 ? (diff == 0 ? 0.0 : 1.0) : std::sqrt(diff / norm);
+  };
+  const size_t n = 100003;
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> noise(0.0f, 1e-3f);
+  for (float scale : {1.0f, 1e25f, 1e-25f, 1e-42f}) {
+    std::vector<float> x = normal(n, 300, true), y(n);
+    for (size_t i = 0; i < n; ++i) {
+      x[i] *= scale;
+      y[i] = x[i] * (1.0f + noise(rng));
+    }
+    x[17] = INFINITY;
+    y[4242] = NAN;
+    const double want = reference(x, y);
+    const double got = relativeError(DataType::kFloat32, x.data(), y.data(), n);
+    EXPECT_NEAR(got, want, want * 1e-4 + 1e-12) << "values scaled by " << scale;
+    if (scale >= 1e-25f) {
+      EXPECT_GT(got, 5e-4) << "values scaled by " << scale;  // the noise is ~1e-3
+    }
+  }
+  const std::vector<float> zeros(n, 0.0f), ones(n, 1.0f);
+  EXPECT_EQ(relativeError(DataType::kFloat32, zeros.data(), zeros.data(), n), 0.0);
+  EXPECT_EQ(relativeError(DataType::kFloat32, zeros.data(), ones.data(), n), 1.0);
+  EXPECT_EQ(relativeError(DataType::kFloat32, ones.data(), zeros.data(), n), 1.0);
+}
+
 }  // namespace
 }  // namespace gs::codecs
