@@ -4,8 +4,8 @@
 // Summed in float, in blocks, in independent lanes the compiler vectorizes, each block folded
 // into double totals: a 1 MiB chunk of normal fp32 values in 0.18 ms (5.8 GB/s) where one double
 // sum element by element, the dtype switched per element, took 0.65 ms (1.6 GB/s; the same
-// result to 9 digits). The sampling took 7 % of a CPU-bound 2-rank bf16 allreduce's profile
-// (64 MiB over tcp), 4-5 % after, on buffers of zeros, which pay a second pass (below).
+// result to 9 digits). The sampling took 6-7 % of a CPU-bound 2-rank bf16 allreduce's profile
+// (64 MiB over tcp), 2.5-3.5 % after (blocks of zeros pay a second pass, below).
 // A block whose float sums cannot be trusted (a non-finite element, squares beyond float's
 // range, or a norm small enough to have lost bits below it, unless every element is zero) is
 // summed again in double.
