@@ -109,9 +109,10 @@ TEST_P(RootedAllToAll, ReduceByEveryAlgorithm) {
 }
 
 // A reduce of a few slots' worth pipelines in pieces (schedules::reduceChunkBytes): a 1 MiB
-// buffer goes as 128 KiB chunks (256 KiB over tcp), not one slot-sized chunk, unless the ranks
-// outnumber the cores (the ranks here are threads of this process: its CPUs). Exact either way,
-// the last chunk short, in and out of place.
+// buffer goes as 128 KiB chunks (256 KiB over tcp and verbs: the transport the communicator
+// reports, which GS_TRANSPORT may set), not one slot-sized chunk, unless the ranks outnumber the
+// cores (the ranks here are threads of this process: its CPUs). Exact either way, the last chunk
+// short, in and out of place.
 TEST_P(RootedAllToAll, AReduceOfAFewSlotsPipelinesInPiecesAndStaysExact) {
   const int n = nranks();
   if (n < 2)
@@ -125,12 +126,17 @@ TEST_P(RootedAllToAll, AReduceOfAFewSlotsPipelinesInPiecesAndStaysExact) {
   o.chunkBytes = 1 << 20;
   Failures f;
   std::vector<uint64_t> sent(n, 0);
+  std::string transport;
   runRanks(n, o, [&](int rank, gs_comm_t comm) {
     const auto chunksSent = [&] {
       gs_comm_stats_t st;
       memset(&st, 0, sizeof(st));
       st.struct_size = sizeof(st);
-      return gs_comm_stats(comm, &st) == GS_OK ? st.chunks_sent : 0;
+      if (gs_comm_stats(comm, &st) != GS_OK)
+        return uint64_t{0};
+      if (rank == 0)
+        transport = st.transport;
+      return st.chunks_sent;
     };
     for (bool inPlace : {false, true}) {
       std::vector<float> send(count), recv(count, -1.0f);
@@ -157,13 +163,15 @@ TEST_P(RootedAllToAll, AReduceOfAFewSlotsPipelinesInPiecesAndStaysExact) {
     }
   });
   ASSERT_TRUE(f.list.empty()) << f.list.front();
-  // Every sender sent the buffer once: 9 chunks of at most 128 KiB (5 of 256 KiB over tcp),
-  // or fewer, larger ones (the communicator's chunk: over tcp 256 KiB too) where crowded.
-  const bool tcp = std::string(o.transport) == "tcp";
+  // Every sender sent the buffer once: 9 chunks of at most 128 KiB (5 of 256 KiB over tcp and
+  // verbs), or fewer, larger ones (the communicator's chunk: over tcp 256 KiB too) where
+  // crowded.
+  const bool tcp = transport == "tcp" || transport == "verbs";
   const uint64_t pieces = tcp ? 5 : 9;
   const uint64_t most = *std::max_element(sent.begin(), sent.end());
   const std::string where = std::to_string(n) + " ranks on " + std::to_string(CPU_COUNT(&cpus)) +
-                            " CPUs, chunks sent " + ::testing::PrintToString(sent);
+                            " CPUs over " + transport + ", chunks sent " +
+                            ::testing::PrintToString(sent);
   if (crowded)
     EXPECT_LT(most, tcp ? pieces + 1 : pieces) << where;
   else
