@@ -123,6 +123,16 @@ void Engine::MessageRun::admit(const std::vector<PointToPointOp>& ops) {
     m.count = op.count;
     m.dtype = op.dtype;
     m.id = op.send ? engine.messagesSent_[op.peer]++ : engine.messagesReceived_[op.peer]++;
+    if (travelsInBox(lr, op)) {
+      Message boxed{li, op.send, 0, m.id, m.count, m.dtype};
+      boxed.boxed = true;
+      boxed.buffer = op.buffer;
+      boxed.box = op.send ? ++lr.link->boxesPosted : ++lr.link->boxesReceived;
+      list.push_back(boxed);
+      if (op.send)
+        sendsOf[li].push_back(list.size() - 1);
+      continue;
+    }
     m.chunkElements = std::max<size_t>(1, static_cast<size_t>(engine.chunkBytes_) / esize);
     m.raw = travelsRaw(lr, op.dtype);
     if (op.send && op.count > 0) {
@@ -142,7 +152,7 @@ void Engine::MessageRun::admit(const std::vector<PointToPointOp>& ops) {
 void Engine::MessageRun::announceReceives() {
   for (; announceFrom < list.size(); ++announceFrom) {
     Message& m = list[announceFrom];
-    if (m.send)
+    if (m.send || m.boxed)  // a boxed receive is announced only once it waits (checkNotInBox)
       continue;
     m.announced = announceReceive(m);
     // Its sender waits for the credits: this run returns them as they free, from now on (set
@@ -197,12 +207,17 @@ void Engine::MessageRun::completeSends(Run& run) {
     Run::LinkRun& lr = links[li];
     while (sendsDone[li] < sendsOf[li].size()) {
       Message& m = list[sendsOf[li][sendsDone[li]]];
-      // Its bytes are out of the buffer, and the receiver has them (its credits came back) or
-      // has posted the receive that takes them.
-      if (lr.completed < m.end)
-        break;
-      if (lr.link->peerReleased < lr.sendBase + m.end && !receiverPosted(run, m))
-        break;
+      // Its bytes are out of the buffer, and the receiver has them (its credits came back, or
+      // it took the box) or has posted the receive that takes them.
+      if (m.boxed) {
+        if (!m.posted || (!lr.link->connection().boxTaken(m.box) && !receiverPosted(run, m)))
+          break;
+      } else {
+        if (lr.completed < m.end)
+          break;
+        if (lr.link->peerReleased < lr.sendBase + m.end && !receiverPosted(run, m))
+          break;
+      }
       lr.link->postedReceives.drop(m.id);
       ++lr.link->messagesSentDone;
       m.done = true;
@@ -214,13 +229,22 @@ void Engine::MessageRun::completeSends(Run& run) {
 bool Engine::MessageRun::advance(Run& run, bool idle) {
   bool progress = false;
   announceReceives();
+  progress |= postBoxes();
+  progress |= takeBoxes(run);
   completeSends(run);
+  idleRounds = idle ? idleRounds + 1 : 0;
+  if (idle)
+    checkNotInBox(run);
   while (reported < list.size()) {
     const Message& m = list[reported];
     Run::LinkRun& lr = links[m.link];
     if (m.send) {
       if (!m.done)
         break;
+    } else if (m.boxed) {
+      if (!m.done)
+        break;
+      ++lr.link->messagesReceivedDone;
     } else {
       if (lr.processed < m.end)
         break;

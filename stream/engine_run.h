@@ -303,7 +303,14 @@ struct Engine::MessageRunLists {
     uint64_t count;
     DataType dtype;
     bool announced = false;  // a receive whose sender was told it is posted
-    bool done = false;       // a send whose completion condition held (completeSends)
+    bool done = false;       // a send whose completion condition held (completeSends), a
+                             // receive from a box copied out
+    // Small messages over links with message boxes (transport::Connection::postBox) travel
+    // there instead of as chunks: `box` is its box use, `buffer` what it reads or writes.
+    bool boxed = false;
+    bool posted = false;  // a boxed send written into its box
+    uint64_t box = 0;
+    void* buffer = nullptr;
   };
   // plan.links keeps entries past the run's links, their queues emptied, for their capacity:
   // MessageRun::queuesUsed of them are the run's.
@@ -321,6 +328,7 @@ struct Engine::MessageRunLists {
   std::vector<size_t> sendsDone;
   std::vector<std::vector<uint8_t>> spareSendDone;  // LinkRun::sendDone vectors to reuse
   std::vector<PointToPointOp> incoming;             // what feed.more() added last
+  std::vector<bool> checkedLinks;                   // MessageRun::checkNotInBox's
 
   // Empties every list for the next run, keeping what they allocated; ends the registrations.
   void clear();
@@ -341,6 +349,7 @@ struct Engine::MessageRun : Engine::MessageRunLists {
   // go back at every idle moment and before the run ends. With announced receives only, they
   // go back a batch at a time or after kAnnouncedCreditHold of idling.
   bool owesCredits = false;
+  uint32_t idleRounds = 0;  // progress rounds in a row without progress
 
   MessageRun(Engine& e, const CollectiveArgs& b, const PointToPointFeed& f);
   // Releases the sends' registrations and leaves the lists, emptied, to the next run.
@@ -365,6 +374,15 @@ struct Engine::MessageRun : Engine::MessageRunLists {
   bool announceReceive(const Message& m);
   bool receiverPosted(Run& run, const Message& m);
   void completeSends(Run& run);
+  // Message boxes (engine_boxes.cc): whether a message travels in one (both ends decide alike
+  // from what they both know: their counts, which must agree, the link, the configuration);
+  // posting the boxed sends in order as boxes free; copying boxed receives out; and, when
+  // idle, the receiver's check that a message it expects in chunks did not come in a box, and
+  // the notices of boxed receives that have waited a while.
+  bool travelsInBox(const Run::LinkRun& lr, const PointToPointOp& op) const;
+  bool postBoxes();
+  bool takeBoxes(Run& run);
+  void checkNotInBox(Run& run);
 };
 
 struct Engine::Prepared {

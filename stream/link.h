@@ -137,6 +137,10 @@ class Link {
   uint32_t messagesSentDone = 0;
   uint32_t messagesReceivedDone = 0;
   PostedReceives postedReceives;
+  /// Of those, the ones that travel in the connection's message boxes (MessageRun): box uses
+  /// assigned so far to sends to the peer and to receives from it (each direction 1, 2, ...).
+  uint64_t boxesPosted = 0;
+  uint64_t boxesReceived = 0;
 
   /// The latest small exchange posted on this link (transport::Connection::postSmall).
   uint64_t smallSequence = 0;

@@ -47,6 +47,21 @@ struct SmallArrival {
   const uint8_t* data = nullptr;  // in the mailbox, valid until the exchange two after this one
 };
 
+/// A point-to-point message found in the peer's box (Connection::pollBox), as the peer
+/// described it (untrusted beyond `bytes`, which is checked against messageBoxBytes()).
+struct BoxArrival {
+  uint32_t ordinal = 0;
+  uint32_t dtype = 0;
+  uint64_t count = 0;
+  uint32_t bytes = 0;
+  const uint8_t* data = nullptr;  // in the box, valid until takeBox()
+};
+enum class BoxPoll {
+  kPending,  // not there yet
+  kArrived,  // *out describes it
+  kFailed,   // the connection failed (errorMessage() says why)
+};
+
 class Connection {
  public:
   static constexpr size_t kMaxSegments = 4;
@@ -160,6 +175,48 @@ class Connection {
   /// failed in a later one did not fail the first: its peer may not have read its part yet (3
   /// ranks: the folded rank reads its partner's result last).
   virtual void postSmallFailure(uint64_t completedThrough) { (void)completedThrough; }
+
+  /// Point-to-point messages outside the chunk protocol (shm: kMessageBoxes boxes per direction
+  /// in the shared segment): messages of at most messageBoxBytes() (0: none, the default).
+  /// Each direction numbers its box uses 1, 2, ... in posting order; the receiver polls use s,
+  /// copies the payload out and takes it, which frees the box for use s + boxes().
+  virtual size_t messageBoxBytes() const { return 0; }
+  /// Posts use `sequence`; false while its box still holds an earlier use the peer has not
+  /// taken (nothing written).
+  virtual bool postBox(uint64_t sequence,
+                       uint32_t ordinal,
+                       uint32_t dtype,
+                       uint64_t count,
+                       const void* data,
+                       uint32_t bytes) {
+    (void)sequence;
+    (void)ordinal;
+    (void)dtype;
+    (void)count;
+    (void)data;
+    (void)bytes;
+    return false;
+  }
+  virtual BoxPoll pollBox(uint64_t sequence, BoxArrival* out) {
+    (void)sequence;
+    (void)out;
+    return BoxPoll::kFailed;
+  }
+  /// The receiver is done with use `sequence` (its payload copied out).
+  virtual void takeBox(uint64_t sequence) { (void)sequence; }
+  /// Whether the peer took our use `sequence`.
+  virtual bool boxTaken(uint64_t sequence) const {
+    (void)sequence;
+    return false;
+  }
+  /// A use from `firstSequence` on that the peer posted for message `ordinal`, if any: a
+  /// receiver that expects that message in chunks finds out it came in a box (counts differ).
+  virtual bool boxHolds(uint64_t firstSequence, uint32_t ordinal, BoxArrival* out) {
+    (void)firstSequence;
+    (void)ordinal;
+    (void)out;
+    return false;
+  }
 
   /// Fills *out with the transport's view of the link; false when it has none (the default).
   /// Not on the data path: may make system calls.

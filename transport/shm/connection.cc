@@ -407,6 +407,76 @@ SmallPoll Connection::pollSmall(uint64_t sequence, SmallArrival* out) {
   return failed_ ? SmallPoll::kFailed : SmallPoll::kPending;
 }
 
+bool Connection::postBox(uint64_t sequence,
+                         uint32_t ordinal,
+                         uint32_t dtype,
+                         uint64_t count,
+                         const void* data,
+                         uint32_t bytes) {
+  Half& out = outgoing();
+  const size_t b = (sequence - 1) % kMessageBoxes;
+  // Its previous use is taken (the peer writes that word in our half; it can only delay us).
+  if (sequence > kMessageBoxes && loadAcquire(out.boxTaken[b]) != sequence - kMessageBoxes)
+    return false;
+  MessageBox& box = out.boxes[b];
+  std::memcpy(box.data, data, std::min<size_t>(bytes, kMessageBoxBytes));
+  box.ordinal = ordinal;
+  box.dtype = dtype;
+  box.count = count;
+  box.bytes = bytes;
+  storeRelease(box.sequence, sequence);
+  ring(*peerControl_);  // a peer asleep on its doorbell (ranks outnumbering cores)
+  return true;
+}
+
+bool Connection::readBox(MessageBox& box, BoxArrival* out) {
+  const uint32_t bytes = std::atomic_ref<uint32_t>(box.bytes).load(std::memory_order_relaxed);
+  if (bytes > kMessageBoxBytes) {
+    reject(RejectReason::kBadWrite, bytes, 0,
+           formatString("peer rank %d posted a message of %u bytes in a box (at most %zu)", peer_,
+                        bytes, kMessageBoxBytes));
+    return false;
+  }
+  out->ordinal = std::atomic_ref<uint32_t>(box.ordinal).load(std::memory_order_relaxed);
+  out->dtype = std::atomic_ref<uint32_t>(box.dtype).load(std::memory_order_relaxed);
+  out->count = std::atomic_ref<uint64_t>(box.count).load(std::memory_order_relaxed);
+  out->bytes = bytes;
+  out->data = box.data;
+  return true;
+}
+
+BoxPoll Connection::pollBox(uint64_t sequence, BoxArrival* out) {
+  if (failed_)
+    return BoxPoll::kFailed;
+  MessageBox& box = incoming().boxes[(sequence - 1) % kMessageBoxes];
+  if (loadAcquire(box.sequence) == sequence)
+    return readBox(box, out) ? BoxPoll::kArrived : BoxPoll::kFailed;
+  checkPeerAlive();
+  return failed_ ? BoxPoll::kFailed : BoxPoll::kPending;
+}
+
+void Connection::takeBox(uint64_t sequence) {
+  storeRelease(incoming().boxTaken[(sequence - 1) % kMessageBoxes], sequence);
+  ring(*peerControl_);  // a sender asleep waiting for the box
+}
+
+bool Connection::boxTaken(uint64_t sequence) const {
+  return loadAcquire(outgoing().boxTaken[(sequence - 1) % kMessageBoxes]) >= sequence;
+}
+
+bool Connection::boxHolds(uint64_t firstSequence, uint32_t ordinal, BoxArrival* out) {
+  for (MessageBox& box : incoming().boxes) {
+    if (loadAcquire(box.sequence) < firstSequence)
+      continue;
+    BoxArrival a;
+    if (readBox(box, &a) && a.ordinal == ordinal) {
+      *out = a;
+      return true;
+    }
+  }
+  return false;
+}
+
 uint64_t Connection::peerSmallSequence() const {
   Half& in = incoming();
   return std::max(loadAcquire(in.small[0].sequence), loadAcquire(in.small[1].sequence));
@@ -461,6 +531,14 @@ bool Connection::hasNews() const {
   }
   if (!smallFailureReported_ && peek(in.smallFailed) != 0) {
     smallFailureReported_ = true;
+    return true;
+  }
+  // A box the peer posted, or one of ours it took (a sender waits for either), each once.
+  uint64_t boxes = 0;
+  for (size_t b = 0; b < kMessageBoxes; ++b)
+    boxes += peek(in.boxes[b].sequence) + peek(outgoing().boxTaken[b]);
+  if (boxes != boxNewsReported_) {
+    boxNewsReported_ = boxes;
     return true;
   }
   return noticeArrived() || (!recvs_.empty() && peek(in.messageTail) != messageHead_) ||

@@ -62,6 +62,18 @@ class Connection final : public transport::Connection {
   uint64_t peerSmallSequence() const override;
   void postSmallFailure(uint64_t completedThrough) override;
 
+  size_t messageBoxBytes() const override { return failed_ ? 0 : kMessageBoxBytes; }
+  bool postBox(uint64_t sequence,
+               uint32_t ordinal,
+               uint32_t dtype,
+               uint64_t count,
+               const void* data,
+               uint32_t bytes) override;
+  BoxPoll pollBox(uint64_t sequence, BoxArrival* out) override;
+  void takeBox(uint64_t sequence) override;
+  bool boxTaken(uint64_t sequence) const override;
+  bool boxHolds(uint64_t firstSequence, uint32_t ordinal, BoxArrival* out) override;
+
   /// Whether poll() may have something to report (the device's wait checks this before it
   /// sleeps). Reads shared words only; never fails the connection.
   bool hasNews() const;
@@ -115,6 +127,10 @@ class Connection final : public transport::Connection {
   // What hasNews() reported of the peer's small exchanges and failure flag (each once).
   mutable uint64_t smallNewsReported_ = 0;
   mutable bool smallFailureReported_ = false;
+  mutable uint64_t boxNewsReported_ = 0;  // hasNews(): the box words' sum it last reported
+  // Reads a box's description once (the peer may scribble on it): false, and the connection
+  // failed, when its length is impossible.
+  bool readBox(MessageBox& box, BoxArrival* out);
 
   Ring<Completion> completions_;
   Ring<PendingRecv> recvs_;

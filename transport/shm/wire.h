@@ -14,7 +14,7 @@
 
 namespace gs::transport::shm {
 
-inline constexpr uint16_t kWireVersion = 4;
+inline constexpr uint16_t kWireVersion = 5;
 
 /// What Device::address() publishes. Native byte order: it never leaves the host.
 struct AddressBlob {
@@ -89,6 +89,23 @@ struct SmallBox {
   alignas(64) uint8_t data[kSmallBytes];
 };
 
+/// A message box of the point-to-point path (transport::Connection::postBox): small messages
+/// between a pair outside the chunk protocol. Its sender writes the message's number on the
+/// pair, dtype, count and payload, then stores `sequence` (release); the receiver acquires
+/// `sequence`, copies the payload out, validated, and stores `sequence` into the box's `taken`
+/// word (release), which frees the box: the sender reuses box b for sequence s + kMessageBoxes
+/// only once taken[b] == s.
+inline constexpr size_t kMessageBoxes = 4;
+inline constexpr size_t kMessageBoxBytes = 4096;
+struct MessageBox {
+  alignas(64) uint64_t sequence;  // the box's use on this direction (1, 2, ...); 0: none yet
+  uint32_t ordinal;               // the message's number among the pair's messages (mod 2^32)
+  uint32_t dtype;
+  uint64_t count;
+  uint32_t bytes;
+  alignas(64) uint8_t data[kMessageBoxBytes];
+};
+
 /// Who a connection's side is: written once by its owner, then `state` set to 1 (release).
 struct Hello {
   uint32_t state;  // 0 nothing yet, 1 valid
@@ -112,7 +129,10 @@ struct Half {
   // 0, or the sender failed (postSmallFailure; sticky) having completed the exchanges before
   // this sequence: those stand, the others fail.
   alignas(64) uint64_t smallFailed;
-  SmallBox small[2];  // exchange s in small[s % 2]
+  SmallBox small[2];                // exchange s in small[s % 2]
+  MessageBox boxes[kMessageBoxes];  // box use s in boxes[(s - 1) % kMessageBoxes]
+  // Written by the receiver: the last box use it took from each box.
+  alignas(64) uint64_t boxTaken[kMessageBoxes];
 };
 
 /// A connection's segment ("<dialer prefix>-c<acceptor rank>", created by the dialer, the

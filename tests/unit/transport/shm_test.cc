@@ -353,6 +353,55 @@ TEST(ShmTransport, SmallExchangesAlternateMailboxesAndRefuseOversizedOnes) {
   }
 }
 
+// Message boxes (point-to-point messages of up to 4 KiB): a use arrives with its number,
+// dtype, count and payload; a box is reused only once its previous use was taken, so a sender
+// that runs kMessageBoxes uses ahead of its receiver waits; a receiver finds a use it did not
+// expect by the message's number (boxHolds); a length past the box fails the receiver.
+TEST(ShmTransport, MessageBoxesAreReusedOnlyOnceTakenAndRefuseOversizedOnes) {
+  auto ranks = connectRanks("shm", 2);
+  Connection& a = *ranks[0].peers[1];
+  Connection& b = *ranks[1].peers[0];
+  ASSERT_EQ(a.messageBoxBytes(), shm::kMessageBoxBytes);
+  BoxArrival got;
+  EXPECT_EQ(b.pollBox(1, &got), BoxPoll::kPending);
+  std::vector<std::vector<uint8_t>> payloads;
+  for (uint64_t s = 1; s <= shm::kMessageBoxes; ++s) {
+    payloads.emplace_back(8 * s, static_cast<uint8_t>(s));
+    ASSERT_TRUE(a.postBox(s, static_cast<uint32_t>(10 + s), 3, s, payloads.back().data(),
+                          static_cast<uint32_t>(payloads.back().size())))
+        << "use " << s;
+  }
+  const uint64_t next = shm::kMessageBoxes + 1;
+  const std::vector<uint8_t> last(16, 0xab);
+  EXPECT_FALSE(a.postBox(next, 99, 3, 2, last.data(), 16)) << "box 1 is not taken yet";
+  EXPECT_TRUE(b.boxHolds(3, 13, &got)) << "use 3 holds message 13";
+  EXPECT_EQ(got.count, 3u);
+  EXPECT_FALSE(b.boxHolds(4, 13, &got)) << "message 13 is use 3, before the uses asked about";
+  ASSERT_EQ(b.pollBox(1, &got), BoxPoll::kArrived) << b.errorMessage();
+  EXPECT_EQ(got.ordinal, 11u);
+  EXPECT_EQ(got.dtype, 3u);
+  EXPECT_EQ(got.count, 1u);
+  EXPECT_EQ(std::vector<uint8_t>(got.data, got.data + got.bytes), payloads[0]);
+  EXPECT_FALSE(a.boxTaken(1));
+  b.takeBox(1);
+  EXPECT_TRUE(a.boxTaken(1));
+  ASSERT_TRUE(a.postBox(next, 99, 3, 2, last.data(), 16)) << "box 1 was taken";
+  ASSERT_EQ(b.pollBox(next, &got), BoxPoll::kArrived) << b.errorMessage();
+  EXPECT_EQ(got.ordinal, 99u);
+  EXPECT_EQ(std::vector<uint8_t>(got.data, got.data + got.bytes), last);
+  // A length past the box: refused, never read.
+  for (uint64_t s = 2; s <= shm::kMessageBoxes; ++s)
+    b.takeBox(s);
+  b.takeBox(next);
+  std::vector<uint8_t> full(shm::kMessageBoxBytes, 7);
+  ASSERT_TRUE(a.postBox(next + 1, 100, 3, 1, full.data(),
+                        static_cast<uint32_t>(shm::kMessageBoxBytes + 1)));
+  EXPECT_EQ(b.pollBox(next + 1, &got), BoxPoll::kFailed);
+  EXPECT_NE(b.errorMessage().find("peer rank 0 posted a message of 4097 bytes in a box"),
+            std::string::npos)
+      << b.errorMessage();
+}
+
 // A peer's small exchange wakes a rank waiting on its device once: a rank in a chunked call
 // whose peer already went on to its next, small call (having sent all this rank needed) must
 // be able to sleep again until its own data comes. Before, every wait returned at once until
