@@ -161,11 +161,10 @@ Engine::Prepared& Engine::prepare(const CollectiveArgs& args) {
       p->recvRegion = registerUserMemory(device_, recv, p->schedule.recvCount * esize);
     }
     // A reduce pipelines its buffer in a few pieces (reduceChunkBytes says why).
-    const size_t chunk =
-        args.kind == CollectiveKind::kReduce
-            ? reduceChunkBytes(topology_, args.count * esize, static_cast<size_t>(chunkBytes_),
-                               reducePieceBytes_)
-            : static_cast<size_t>(chunkBytes_);
+    const size_t chunk = args.kind == CollectiveKind::kReduce
+                             ? reduceChunkBytes(topology_, args.count * esize,
+                                                static_cast<size_t>(chunkBytes_), reducePieceBytes_)
+                             : static_cast<size_t>(chunkBytes_);
     const size_t chunkElements = std::max<size_t>(1, chunk / esize);
     p->plan = buildPlan({&p->schedule, send, recv, p->sendRegion.get(), p->recvRegion.get(), esize,
                          chunkElements,

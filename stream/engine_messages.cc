@@ -152,7 +152,7 @@ void Engine::MessageRun::admit(const std::vector<PointToPointOp>& ops) {
 void Engine::MessageRun::announceReceives() {
   for (; announceFrom < list.size(); ++announceFrom) {
     Message& m = list[announceFrom];
-    if (m.send || m.boxed)  // a boxed receive is announced only once it waits (checkNotInBox)
+    if (m.send || m.boxed)  // a boxed receive only once it waits (announceWaitingBoxes)
       continue;
     m.announced = announceReceive(m);
     // Its sender waits for the credits: this run returns them as they free, from now on (set
@@ -233,8 +233,10 @@ bool Engine::MessageRun::advance(Run& run, bool idle) {
   progress |= takeBoxes(run);
   completeSends(run);
   idleRounds = idle ? idleRounds + 1 : 0;
-  if (idle)
+  if (idle) {
+    announceWaitingBoxes();
     checkNotInBox(run);
+  }
   while (reported < list.size()) {
     const Message& m = list[reported];
     Run::LinkRun& lr = links[m.link];

@@ -382,6 +382,7 @@ struct Engine::MessageRun : Engine::MessageRunLists {
   bool travelsInBox(const Run::LinkRun& lr, const PointToPointOp& op) const;
   bool postBoxes();
   bool takeBoxes(Run& run);
+  void announceWaitingBoxes();
   void checkNotInBox(Run& run);
 };
 

@@ -280,6 +280,13 @@ TEST(ShmTransport, AScribbledNoticeSequenceFailsTheReceiverNamingThePeer) {
       << ranks[1].peers[0]->errorMessage();
 }
 
+// Two ranks of this process connected over shm: a is rank 0's end, b rank 1's.
+struct ShmPair {
+  decltype(connectRanks("shm", 2)) ranks = connectRanks("shm", 2);
+  Connection& a = *ranks[0].peers[1];
+  Connection& b = *ranks[1].peers[0];
+};
+
 // The small-exchange mailboxes: exchanges alternate between two boxes per direction, a poll
 // before the peer posted finds nothing, a length past the box (a misbehaving peer) fails the
 // connection naming it instead of reading beyond, and a failure flag reaches a waiting peer
@@ -287,9 +294,8 @@ TEST(ShmTransport, AScribbledNoticeSequenceFailsTheReceiverNamingThePeer) {
 // peer had completed.
 TEST(ShmTransport, SmallExchangesAlternateMailboxesAndRefuseOversizedOnes) {
   {
-    auto ranks = connectRanks("shm", 2);
-    Connection& a = *ranks[0].peers[1];
-    Connection& b = *ranks[1].peers[0];
+    ShmPair pair;
+    Connection &a = pair.a, &b = pair.b;
     ASSERT_EQ(a.smallExchangeBytes(), shm::kSmallBytes);
     SmallArrival got;
     for (uint64_t s = 1; s <= 5; ++s) {
@@ -358,9 +364,8 @@ TEST(ShmTransport, SmallExchangesAlternateMailboxesAndRefuseOversizedOnes) {
 // that runs kMessageBoxes uses ahead of its receiver waits; a receiver finds a use it did not
 // expect by the message's number (boxHolds); a length past the box fails the receiver.
 TEST(ShmTransport, MessageBoxesAreReusedOnlyOnceTakenAndRefuseOversizedOnes) {
-  auto ranks = connectRanks("shm", 2);
-  Connection& a = *ranks[0].peers[1];
-  Connection& b = *ranks[1].peers[0];
+  ShmPair pair;
+  Connection &a = pair.a, &b = pair.b;
   ASSERT_EQ(a.messageBoxBytes(), shm::kMessageBoxBytes);
   BoxArrival got;
   EXPECT_EQ(b.pollBox(1, &got), BoxPoll::kPending);
