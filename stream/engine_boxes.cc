@@ -80,7 +80,7 @@ bool Engine::MessageRun::postBoxes() {
   return progress;
 }
 
-bool Engine::MessageRun::takeBoxes(Run& run) {
+bool Engine::MessageRun::takeBoxes(Run* run) {
   bool progress = false;
   for (size_t i = reported; i < list.size(); ++i) {
     Message& m = list[i];
@@ -90,15 +90,24 @@ bool Engine::MessageRun::takeBoxes(Run& run) {
     transport::Connection& connection = lr.link->connection();
     transport::BoxArrival a;
     const transport::BoxPoll state = connection.pollBox(m.box, &a);
-    if (state == transport::BoxPoll::kFailed)
-      run.connectionFailed(m.link);
+    if (state == transport::BoxPoll::kFailed) {
+      if (run == nullptr) {
+        boxTrouble = true;
+        return progress;
+      }
+      run->connectionFailed(m.link);
+    }
     if (state != transport::BoxPoll::kArrived)
       continue;
     const uint64_t bytes = m.count * elementSize(m.dtype);
     if (a.ordinal != m.id || a.count != m.count || a.dtype != static_cast<uint32_t>(m.dtype) ||
         a.bytes != bytes) {
-      run.fail(Errc::kInvalidArgument, lr.link->peer(),
-               boxMismatch(a, m.id, m.count, m.dtype, lr.link->peer(), engine.rank_));
+      if (run == nullptr) {
+        boxTrouble = true;
+        return progress;
+      }
+      run->fail(Errc::kInvalidArgument, lr.link->peer(),
+                boxMismatch(a, m.id, m.count, m.dtype, lr.link->peer(), engine.rank_));
     }
     std::memcpy(m.buffer, a.data, bytes);
     connection.takeBox(m.box);

@@ -9,6 +9,14 @@
 #include "stream/engine_run.h"
 
 namespace gs::stream {
+namespace {
+
+// Idle rounds MessageRun::runBoxed spins before it leaves the wait to the progress loop, which
+// reads the peers' notices, yields the core and keeps the deadline: a few microseconds, about
+// what the loop spins before it yields.
+constexpr uint32_t kBoxedIdleRounds = 256;
+
+}  // namespace
 
 void Engine::MessageRunLists::clear() {
   regions.clear();  // the registrations end with the run
@@ -141,6 +149,7 @@ void Engine::MessageRun::admit(const std::vector<PointToPointOp>& ops) {
       m.region = regions.back().get();
     }
     appendMessage(plan, *lr.queues, m);
+    ++chunked;
     lr.sendDone.resize(lr.queues->sends.size(), 0);
     list.push_back({li, op.send, op.send ? lr.queues->sends.size() : lr.queues->recvs.size(), m.id,
                     m.count, m.dtype});
@@ -202,7 +211,7 @@ bool Engine::MessageRun::receiverPosted(Run& run, const Message& m) {
   return true;
 }
 
-void Engine::MessageRun::completeSends(Run& run) {
+void Engine::MessageRun::completeSends(Run* run) {
   for (size_t li = 0; li < links.size(); ++li) {
     Run::LinkRun& lr = links[li];
     while (sendsDone[li] < sendsOf[li].size()) {
@@ -210,12 +219,14 @@ void Engine::MessageRun::completeSends(Run& run) {
       // Its bytes are out of the buffer, and the receiver has them (its credits came back, or
       // it took the box) or has posted the receive that takes them.
       if (m.boxed) {
-        if (!m.posted || (!lr.link->connection().boxTaken(m.box) && !receiverPosted(run, m)))
+        if (!m.posted || (!lr.link->connection().boxTaken(m.box) &&
+                          (run == nullptr || !receiverPosted(*run, m)))) {
           break;
+        }
       } else {
         if (lr.completed < m.end)
           break;
-        if (lr.link->peerReleased < lr.sendBase + m.end && !receiverPosted(run, m))
+        if (lr.link->peerReleased < lr.sendBase + m.end && !receiverPosted(*run, m))
           break;
       }
       lr.link->postedReceives.drop(m.id);
@@ -226,17 +237,8 @@ void Engine::MessageRun::completeSends(Run& run) {
   }
 }
 
-bool Engine::MessageRun::advance(Run& run, bool idle) {
+bool Engine::MessageRun::reportDone(Run* run) {
   bool progress = false;
-  announceReceives();
-  progress |= postBoxes();
-  progress |= takeBoxes(run);
-  completeSends(run);
-  idleRounds = idle ? idleRounds + 1 : 0;
-  if (idle) {
-    announceWaitingBoxes();
-    checkNotInBox(run);
-  }
   while (reported < list.size()) {
     const Message& m = list[reported];
     Run::LinkRun& lr = links[m.link];
@@ -253,20 +255,39 @@ bool Engine::MessageRun::advance(Run& run, bool idle) {
       // A sender whose send waits for these credits (no notice): they go now, not at the next
       // idle moment of a collective.
       if (!m.announced)
-        run.returnCredits(m.link, true);
+        run->returnCredits(m.link, true);
       ++lr.link->messagesReceivedDone;
     }
     feed.completed(reported++);
     progress = true;
   }
-  if (idle || reported == list.size()) {
-    incoming.clear();
-    feed.more(incoming);
-    if (!incoming.empty()) {
-      admit(incoming);
-      announceReceives();
-      progress = true;
-    }
+  return progress;
+}
+
+bool Engine::MessageRun::admitMore() {
+  incoming.clear();
+  feed.more(incoming);
+  if (incoming.empty())
+    return false;
+  admit(incoming);
+  return true;
+}
+
+bool Engine::MessageRun::advance(Run& run, bool idle) {
+  bool progress = false;
+  announceReceives();
+  progress |= postBoxes();
+  progress |= takeBoxes(&run);
+  completeSends(&run);
+  idleRounds = idle ? idleRounds + 1 : 0;
+  if (idle) {
+    announceWaitingBoxes();
+    checkNotInBox(run);
+  }
+  progress |= reportDone(&run);
+  if ((idle || reported == list.size()) && admitMore()) {
+    announceReceives();
+    progress = true;
   }
   return progress;
 }
@@ -282,6 +303,27 @@ bool Engine::MessageRun::finished() const {
   return true;
 }
 
+bool Engine::MessageRun::runBoxed() {
+  uint32_t idle = 0;
+  while (chunked == 0 && idle < kBoxedIdleRounds) {
+    bool progress = postBoxes();
+    progress |= takeBoxes(nullptr);
+    if (boxTrouble)
+      return false;
+    completeSends(nullptr);
+    progress |= reportDone(nullptr);
+    if (reported == list.size()) {
+      if (!admitMore())
+        return finished();
+      progress = true;
+    }
+    if (engine.abortFlag_.load(std::memory_order_relaxed))
+      return false;
+    idle = progress ? 0 : idle + 1;
+  }
+  return false;
+}
+
 void Engine::runPointToPoint(const CollectiveArgs& base,
                              const std::vector<PointToPointOp>& first,
                              const PointToPointFeed& feed) {
@@ -293,10 +335,13 @@ void Engine::runPointToPoint(const CollectiveArgs& base,
   lastAlgorithm_ = "p2p";
   MessageRun messages(*this, base, feed);
   messages.admit(first);
-  Run run(*this, base, pointToPointRuns_++, messages.plan, messages.links);
-  run.messages = &messages;
+  const uint32_t id = pointToPointRuns_++;
   const uint64_t startNs = nowNs();
-  run.execute(startNs);
+  if (!messages.runBoxed()) {
+    Run run(*this, base, id, messages.plan, messages.links);
+    run.messages = &messages;
+    run.execute(startNs);
+  }
   const uint64_t endNs = nowNs();
   stats_.elapsedNs = endNs - startNs;
   Run::finishLinks(messages.links, startNs, endNs);

@@ -350,6 +350,7 @@ struct Engine::MessageRun : Engine::MessageRunLists {
   // go back a batch at a time or after kAnnouncedCreditHold of idling.
   bool owesCredits = false;
   uint32_t idleRounds = 0;  // progress rounds in a row without progress
+  size_t chunked = 0;       // messages admitted that travel in chunks, not in a box
 
   MessageRun(Engine& e, const CollectiveArgs& b, const PointToPointFeed& f);
   // Releases the sends' registrations and leaves the lists, emptied, to the next run.
@@ -362,6 +363,10 @@ struct Engine::MessageRun : Engine::MessageRunLists {
   bool advance(Run& run, bool idle);
   /// Every message reported and every credit owed to a sender returned.
   bool finished() const;
+  /// A run whose messages all travel in boxes, without the progress loop (Run::execute) while
+  /// the peers answer within a few idle rounds: true once finished, false where the run needs
+  /// the loop (a message in chunks, a box that disagrees, a failure, a peer slow to answer).
+  bool runBoxed();
 
  private:
   size_t linkFor(int peer);
@@ -373,7 +378,12 @@ struct Engine::MessageRun : Engine::MessageRunLists {
   void announceReceives();
   bool announceReceive(const Message& m);
   bool receiverPosted(Run& run, const Message& m);
-  void completeSends(Run& run);
+  // run: null in runBoxed, where only a taken box completes a boxed send.
+  void completeSends(Run* run);
+  // Reports the messages done, in order (run: null where every message is boxed).
+  bool reportDone(Run* run);
+  // What feed.more() adds, admitted; false when it added nothing.
+  bool admitMore();
   // Message boxes (engine_boxes.cc): whether a message travels in one (both ends decide alike
   // from what they both know: their counts, which must agree, the link, the configuration);
   // posting the boxed sends in order as boxes free; copying boxed receives out; and, when
@@ -381,7 +391,10 @@ struct Engine::MessageRun : Engine::MessageRunLists {
   // the notices of boxed receives that have waited a while.
   bool travelsInBox(const Run::LinkRun& lr, const PointToPointOp& op) const;
   bool postBoxes();
-  bool takeBoxes(Run& run);
+  // run: null in runBoxed, which leaves a failed connection or a box that disagrees to the
+  // progress loop (false, with boxTrouble set).
+  bool takeBoxes(Run* run);
+  bool boxTrouble = false;
   void announceWaitingBoxes();
   void checkNotInBox(Run& run);
 };
