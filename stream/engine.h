@@ -238,8 +238,8 @@ class Engine {
   // for them), and the runs so far (error messages).
   std::vector<uint32_t> messagesSent_, messagesReceived_;
   uint32_t pointToPointRuns_ = 0;
-  // The last point-to-point run's lists, emptied, for the next (MessageRunLists).
-  std::unique_ptr<MessageRunLists> messageRunLists_;
+  // The point-to-point runs' state, kept from one run to the next (MessageRun::begin).
+  std::unique_ptr<MessageRun> messageRun_;
   Prepared& prepare(const CollectiveArgs& args);
   // The small-collective path (engine_small.cc): whether this call takes it, and the run.
   bool takesSmallExchange(const CollectiveArgs& args) const;

@@ -50,7 +50,7 @@ constexpr uint32_t kBoxNoticeAfter = 32;
 
 bool Engine::MessageRun::travelsInBox(const Run::LinkRun& lr, const PointToPointOp& op) const {
   // Raw only: a communicator with a codec sends its float messages encoded, in chunks.
-  if (op.count == 0 || base.codec != nullptr || base.adaptive)
+  if (op.count == 0 || base->codec != nullptr || base->adaptive)
     return false;
   const uint64_t bytes = op.count * elementSize(op.dtype);
   return bytes <= static_cast<uint64_t>(std::max<int64_t>(engine.config_.shmSmallBytes, 0)) &&

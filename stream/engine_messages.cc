@@ -38,26 +38,21 @@ void Engine::MessageRunLists::clear() {
   incoming.clear();
 }
 
-Engine::MessageRun::MessageRun(Engine& e, const CollectiveArgs& b, const PointToPointFeed& f)
-    : engine(e), base(b), feed(f) {
-  if (e.messageRunLists_ != nullptr)
-    static_cast<MessageRunLists&>(*this) = std::move(*e.messageRunLists_);
-  const auto nranks = static_cast<size_t>(e.nranks_);
+void Engine::MessageRun::begin(const CollectiveArgs& b, const PointToPointFeed& f) {
+  base = &b;
+  feed = &f;
+  queuesUsed = reported = announceFrom = chunked = 0;
+  owesCredits = boxTrouble = false;
+  idleRounds = 0;
+  const auto nranks = static_cast<size_t>(engine.nranks_);
   linkOf.assign(nranks, -1);
   // Never reallocated while the run runs: LinkRun::queues points into plan.links.
   plan.links.reserve(nranks);
   links.reserve(nranks);
-  if (e.messagesSent_.size() < nranks) {
-    e.messagesSent_.resize(nranks, 0);
-    e.messagesReceived_.resize(nranks, 0);
+  if (engine.messagesSent_.size() < nranks) {
+    engine.messagesSent_.resize(nranks, 0);
+    engine.messagesReceived_.resize(nranks, 0);
   }
-}
-
-Engine::MessageRun::~MessageRun() {
-  clear();
-  if (engine.messageRunLists_ == nullptr)
-    engine.messageRunLists_ = std::make_unique<MessageRunLists>();
-  *engine.messageRunLists_ = std::move(static_cast<MessageRunLists&>(*this));
 }
 
 // Integers, and floats the codec cannot encode, travel in their dtype (as for collectives).
@@ -88,9 +83,9 @@ size_t Engine::MessageRun::linkFor(int peer) {
   // while this run holds the engine).
   lr.sendBase = link->sendSequence;
   lr.recvBase = link->recvSequence;
-  lr.codec = base.adaptive && static_cast<size_t>(peer) < engine.linkCodecs_.size()
+  lr.codec = base->adaptive && static_cast<size_t>(peer) < engine.linkCodecs_.size()
                  ? engine.linkCodecs_[peer]
-                 : base.codec;
+                 : base->codec;
   if (lr.codec != nullptr)
     link->ensureEncodeStaging();
   links.push_back(std::move(lr));
@@ -258,7 +253,7 @@ bool Engine::MessageRun::reportDone(Run* run) {
         run->returnCredits(m.link, true);
       ++lr.link->messagesReceivedDone;
     }
-    feed.completed(reported++);
+    feed->completed(reported++);
     progress = true;
   }
   return progress;
@@ -266,7 +261,7 @@ bool Engine::MessageRun::reportDone(Run* run) {
 
 bool Engine::MessageRun::admitMore() {
   incoming.clear();
-  feed.more(incoming);
+  feed->more(incoming);
   if (incoming.empty())
     return false;
   admit(incoming);
@@ -337,7 +332,14 @@ void Engine::runPointToPoint(const CollectiveArgs& base,
     raiseDeferredAbort(base.kind, pointToPointRuns_++);
   stats_ = {};
   lastAlgorithm_ = "p2p";
-  MessageRun messages(*this, base, feed);
+  if (messageRun_ == nullptr)
+    messageRun_ = std::make_unique<MessageRun>(*this);
+  MessageRun& messages = *messageRun_;
+  messages.begin(base, feed);
+  struct End {  // however the run ends
+    MessageRun& messages;
+    ~End() { messages.end(); }
+  } end{messages};
   messages.admit(first);
   const uint32_t id = pointToPointRuns_++;
   const uint64_t startNs = nowNs();
