@@ -541,6 +541,33 @@ TEST(PointToPointErrors, APeerThatNeverSendsIsNamedAtTheDeadline) {
   EXPECT_LT(seconds, 3.5) << "the deadline is 1 s plus the liveness grace";
 }
 
+// The same over shm with a message that travels in a box: the run spins on the box alone first
+// (MessageRun::runBoxed), then hands the wait to the progress loop, whose deadline holds.
+TEST(PointToPointErrors, ABoxedReceiveWhosePeerNeverSendsIsNamedAtTheDeadline) {
+  RankOptions opt;
+  opt.transport = "shm";
+  opt.timeoutMs = 1000;
+  std::string msg;
+  gs_status_t st = GS_OK;
+  double seconds = 0;
+  runRanks(2, opt, [&](int rank, gs_comm_t comm) {
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(4000));
+      return;
+    }
+    std::vector<float> in(10, -1.0f);  // 40 bytes: a message box
+    const auto start = std::chrono::steady_clock::now();
+    st = gs_recv(in.data(), 10, GS_FLOAT32, 1, comm, nullptr);
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    msg = gs_last_error();
+    for (float v : in)
+      EXPECT_EQ(v, -1.0f) << "a failed receive writes nothing";
+  });
+  EXPECT_EQ(st, GS_ERR_TIMEOUT) << msg;
+  EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
+  EXPECT_LT(seconds, 3.5) << "the deadline is 1 s plus the liveness grace";
+}
+
 TEST(PointToPointErrors, BadArgumentsNameTheArgumentAndLeaveTheCommunicatorUsable) {
   Failures f;
   runRanks(2, RankOptions{}, [&](int rank, gs_comm_t comm) {
