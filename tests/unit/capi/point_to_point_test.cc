@@ -543,7 +543,7 @@ TEST(PointToPointErrors, APeerThatNeverSendsIsNamedAtTheDeadline) {
 
 // The same over shm with a message that travels in a box: the run spins on the box alone first
 // (MessageRun::runBoxed), then hands the wait to the progress loop, whose deadline holds.
-TEST(PointToPointErrors, ABoxedReceiveWhosePeerNeverSendsIsNamedAtTheDeadline) {
+TEST(PointToPointErrors, ABoxedReceiveWhosePeerNeverSendsIsNamedAtTheDeadlineOverShm) {
   RankOptions opt;
   opt.transport = "shm";
   opt.timeoutMs = 1000;
