@@ -42,7 +42,7 @@ class Request {
  public:
   /// issued: where the caller's CUDA stream stood when the call was made (null: no stream).
   explicit Request(stream::CollectiveArgs args, std::unique_ptr<StreamMark> issued = nullptr)
-      : args_(args), issued_(std::move(issued)), created_(Clock::now()) {}
+      : args_(args), issued_(std::move(issued)), created_(cycle::steadyNow()) {}
   const stream::CollectiveArgs& args() const { return args_; }
   const StreamMark* issued() const { return issued_.get(); }
   Clock::time_point created() const { return created_; }

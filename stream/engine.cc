@@ -245,7 +245,7 @@ void Engine::run(const CollectiveArgs& args) {
       const uint64_t endTicks = cycle::now();
       stats_.elapsedNs = endTicks > startTicks ? cycle::ticksToNs(endTicks - startTicks) : 0;
     } else {
-      stats_.elapsedNs = nowNs() - startNs;
+      stats_.elapsedNs = elapsedNs(startNs, nowNs());
     }
     ++completedCollectives_;
     return;
@@ -274,7 +274,7 @@ void Engine::run(const CollectiveArgs& args) {
   Run run(*this, args, id, p.plan, p.links);
   run.execute(startNs);
   const uint64_t endNs = nowNs();
-  stats_.elapsedNs = endNs - startNs;
+  stats_.elapsedNs = elapsedNs(startNs, endNs);
   Run::finishLinks(p.links, startNs, endNs);
   ++completedCollectives_;
 }
@@ -284,10 +284,10 @@ void Engine::Run::finishLinks(std::vector<LinkRun>& links, uint64_t startNs, uin
   for (auto& lr : links) {
     Link& link = *lr.link;
     link.goodputBytes += lr.logicalBytesSent;
-    link.goodputBusyNs += endNs - startNs;
+    link.goodputBusyNs += elapsedNs(startNs, endNs);
     if (lr.counters != nullptr)
-      lr.counters->addBusyTime(endNs - startNs);
-    if (lr.counters != nullptr && endNs - link.goodputPublishedNs >= kGoodputPeriodNs &&
+      lr.counters->addBusyTime(elapsedNs(startNs, endNs));
+    if (lr.counters != nullptr && elapsedNs(link.goodputPublishedNs, endNs) >= kGoodputPeriodNs &&
         link.goodputBusyNs > 0) {
       lr.counters->setGoodput(static_cast<double>(link.goodputBytes) * 1e9 /
                               static_cast<double>(link.goodputBusyNs));

@@ -349,7 +349,7 @@ void Engine::runPointToPoint(const CollectiveArgs& base,
     run.execute(startNs);
   }
   const uint64_t endNs = nowNs();
-  stats_.elapsedNs = endNs - startNs;
+  stats_.elapsedNs = elapsedNs(startNs, endNs);
   Run::finishLinks(messages.links, startNs, endNs);
 }
 

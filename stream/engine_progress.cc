@@ -8,7 +8,6 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "stream/engine_run.h"
-#include "stream/idle_clock.h"
 
 namespace gs::stream {
 namespace {
@@ -235,8 +234,8 @@ void Engine::Run::execute(uint64_t startNs) {
     armLandings(li);
   }
   auto lastProgress = Clock::time_point(std::chrono::nanoseconds(startNs));
-  IdleClock idleClock(lastProgress);
-  // The clock is read in idle rounds only: a round that made progress restarts the no-progress
+  // The clock (cycle::steadyNow, the counter's: a steady read per round was a tenth of a
+  // waiting rank's own time where ranks outnumber cores) is read in idle rounds only: a round that made progress restarts the no-progress
   // timer, which the next idle round's reading dates (one round late at most, well under the
   // spin time). Small calls finish in a few progressing rounds and read it not at all.
   bool progressUndated = false;
@@ -305,7 +304,7 @@ void Engine::Run::execute(uint64_t startNs) {
     }
     batch.end();
     checkPeerNotInSmallExchange();
-    const auto now = idleClock.now();
+    const auto now = cycle::steadyNow();
     if (progressUndated) {
       lastProgress = now;
       progressUndated = false;

@@ -144,7 +144,7 @@ void Engine::Run::reencode(RecvOp& op,
                    seedOf(SendOp{op.step, op.chunkIndex, op.elementOffset, op.count}));
   LinkRun& out = links[static_cast<size_t>(std::max(op.forwardedOn, 0))];
   if (out.counters != nullptr)
-    out.counters->addEncodeTime(nowNs() - encodeStart);
+    out.counters->addEncodeTime(elapsedNs(encodeStart, nowNs()));
   op.slotCodec = static_cast<uint8_t>(codec.id());
   op.slotMetaBytes = size.metaBytes;
   op.slotPayloadBytes = size.payloadBytes;

@@ -40,10 +40,15 @@ constexpr size_t workIndex(transport::WorkId id) {
   return id & ((uint64_t{1} << 40) - 1);
 }
 
+// The steady clock's nanoseconds, off the cycle counter (cycle::steadyNow): a small call reads
+// it at each end. Readings may step back by tens of ns: subtract them with elapsedNs().
 inline uint64_t nowNs() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-          .count());
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   cycle::steadyNow().time_since_epoch())
+                                   .count());
+}
+inline uint64_t elapsedNs(uint64_t startNs, uint64_t endNs) {
+  return endNs > startNs ? endNs - startNs : 0;
 }
 
 // Execution state of one collective.

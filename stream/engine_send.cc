@@ -49,7 +49,7 @@ bool Engine::Run::postSends(size_t li) {
       const codecs::EncodedSize size = codec->encode(msg.dtype, op.source, op.count,
                                                      out + sizeof(format::ChunkHeader), seedOf(op));
       if (lr.counters != nullptr)
-        lr.counters->addEncodeTime(nowNs() - encodeStart);
+        lr.counters->addEncodeTime(elapsedNs(encodeStart, nowNs()));
       fillHeader(reinterpret_cast<format::ChunkHeader*>(out), op, seq,
                  static_cast<uint8_t>(codec->id()), size.metaBytes, size.payloadBytes);
       wireBytes = size.metaBytes + size.payloadBytes;

@@ -21,7 +21,6 @@
 #include "codecs/reduce.h"
 #include "common/error.h"
 #include "stream/engine_run.h"
-#include "stream/idle_clock.h"
 
 namespace gs::stream {
 namespace {
@@ -219,8 +218,6 @@ void Engine::awaitSmall(std::span<const int> from,
   };
   const auto begin = Clock::time_point(std::chrono::nanoseconds(startNs));
   const auto timeout = std::chrono::milliseconds(config_.timeoutMs);
-  // Started at the first read: most waits end before it (2 ranks on their cores).
-  std::optional<IdleClock> clock;
   size_t pending = from.size();
   size_t next = 0;  // from[next] is the first peer whose block may still be missing
   // The clock is read once in 64 polls (a poll is a few ns while the peers are on their cores),
@@ -265,9 +262,7 @@ void Engine::awaitSmall(std::span<const int> from,
       failWith(Errc::kAborted, rank_, "communicator aborted");
     if (polls % clockEvery != 0)
       continue;
-    if (!clock)
-      clock.emplace(Clock::now());
-    const auto now = clock->now();
+    const auto now = cycle::steadyNow();
     const auto waited = now - begin;
     if (waited > timeout) {
       failWith(Errc::kTimeout, from[next],
@@ -354,19 +349,19 @@ void Engine::countSmall(std::span<const int> peers, uint32_t bytes, uint64_t sta
   const uint64_t endNs = nowNs();
   stats_.chunksSent = stats_.chunksReceived = peers.size();
   stats_.bytesSent = stats_.bytesLogical = static_cast<uint64_t>(bytes) * peers.size();
-  stats_.elapsedNs = endNs - startNs;
+  stats_.elapsedNs = elapsedNs(startNs, endNs);
   for (int peer : peers) {
     const auto p = static_cast<size_t>(peer);
     Link& link = *links_[peer];
     link.smallSequenceDone = link.smallSequence;
     link.goodputBytes += bytes;
-    link.goodputBusyNs += endNs - startNs;
+    link.goodputBusyNs += elapsedNs(startNs, endNs);
     monitoring::LinkCounters* counters = p < counters_.size() ? counters_[p] : nullptr;
     if (counters != nullptr) {
       counters->onChunkSent(bytes, bytes, static_cast<int>(format::CodecId::kRaw));
       counters->onChunkReceived(bytes);
-      counters->onChunkCompleted(endNs - startNs);
-      counters->addBusyTime(endNs - startNs);
+      counters->onChunkCompleted(elapsedNs(startNs, endNs));
+      counters->addBusyTime(elapsedNs(startNs, endNs));
     }
   }
 }

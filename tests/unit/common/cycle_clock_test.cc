@@ -1,10 +1,14 @@
 // The cycle clock that times a lone rank's calls (common/cycle_clock.h): its readings convert
-// to the steady clock's nanoseconds, and it trusts the time-stamp counter only where the
-// kernel's clocksource is the counter.
+// to the steady clock's nanoseconds, it trusts the time-stamp counter only where the kernel's
+// clocksource is the counter, and steadyNow() (deadlines, request and call times) stays with
+// the steady clock from any number of threads.
 #include "common/cycle_clock.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -49,6 +53,51 @@ TEST(CycleClock, ItsDurationsAreTheSteadyClocksNanoseconds) {
   if (!cycle::usesTimeStampCounter()) {
     EXPECT_EQ(cycle::ticksToNs(12345), 12345u) << "the steady clock: a tick is a nanosecond";
   }
+}
+
+// Readings bracketed by steady ones, across many re-readings of the steady clock (one a
+// millisecond) by several threads at once. The design's error is the rate's over a millisecond
+// (tens of ns); an anchor torn between two threads' re-readings or a wrong offset would be off
+// by up to a millisecond, far outside the 200 us allowed here.
+TEST(CycleClock, SteadyNowStaysWithTheSteadyClockFromManyThreads) {
+  cycle::calibrate();
+  constexpr int64_t kAllowedNs = 200'000;
+  std::atomic<int64_t> worst{0};
+  std::atomic<int> readings{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      int64_t mine = 0;
+      for (int i = 0; i < 3000; ++i) {
+        const auto before = std::chrono::steady_clock::now();
+        const auto reading = cycle::steadyNow();
+        const auto after = std::chrono::steady_clock::now();
+        const int64_t early = std::chrono::nanoseconds(before - reading).count();
+        const int64_t late = std::chrono::nanoseconds(reading - after).count();
+        mine = std::max({mine, early, late});
+        if (i % 100 == t)  // cross the re-reading period now and then
+          std::this_thread::sleep_for(std::chrono::microseconds(1100));
+      }
+      readings.fetch_add(3000);
+      int64_t seen = worst.load();
+      while (mine > seen && !worst.compare_exchange_weak(seen, mine)) {
+      }
+    });
+  }
+  for (auto& th : threads)
+    th.join();
+  EXPECT_EQ(readings.load(), 12000);
+  EXPECT_LE(worst.load(), kAllowedNs) << "ns outside the steady readings around it";
+}
+
+TEST(CycleClock, SteadyNowMeasuresASleep) {
+  const auto s0 = std::chrono::steady_clock::now();
+  const auto c0 = cycle::steadyNow();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const auto c1 = cycle::steadyNow();
+  const auto s1 = std::chrono::steady_clock::now();
+  EXPECT_GE(c1 - c0, std::chrono::milliseconds(19));
+  EXPECT_LE(c1 - c0, (s1 - s0) + std::chrono::microseconds(200));
 }
 
 }  // namespace
