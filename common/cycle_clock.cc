@@ -124,8 +124,8 @@ std::chrono::steady_clock::time_point steadyNow() noexcept {
     const uint64_t t = __rdtsc();
     // A counter behind the anchor (another thread anchored meanwhile) wraps: read again.
     if (t - anchor.ticks.load(std::memory_order_acquire) < r.reanchorTicks) {
-      return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(
-          anchor.offsetNs.load(std::memory_order_relaxed) + sinceBase(t)));
+      return std::chrono::steady_clock::time_point(
+          std::chrono::nanoseconds(anchor.offsetNs.load(std::memory_order_relaxed) + sinceBase(t)));
     }
     uint64_t ns = 0, at = 0;
     // A split pair is not kept (the next reading tries again); this one is still the steady
