@@ -10,7 +10,10 @@
 // the counts: the receiver expecting chunks finds the message in a box (checkNotInBox), a sender
 // whose message the receiver expects in a box sees the receive's notice disagree
 // (MessageRun::receiverPosted), and a box that holds another message than the receive expects
-// fails it. A boxed send completes once the receiver took the box or posted an agreeing receive.
+// fails it. A boxed send completes once the receiver took the box or posted an agreeing receive:
+// a boxed receive says so in the box's receipt as soon as it is listed (expectBoxes), so that in
+// a sendrecv each rank's send completes on the peer's receipt, which crosses with the peer's
+// box, instead of on the take, which follows the box a crossing later.
 #include <algorithm>
 #include <cstring>
 
@@ -78,6 +81,18 @@ bool Engine::MessageRun::postBoxes() {
     }
   }
   return progress;
+}
+
+void Engine::MessageRun::expectBoxes() {
+  // A box's next use is expected only once its previous one is taken (the connection says
+  // no before that): the loop goes on to the other receives and asks again next round.
+  for (size_t i = reported; i < list.size(); ++i) {
+    Message& m = list[i];
+    if (m.send || !m.boxed || m.done || m.expected)
+      continue;
+    m.expected = links[m.link].link->connection().expectBox(
+        m.box, m.id, static_cast<uint32_t>(m.dtype), m.count);
+  }
 }
 
 bool Engine::MessageRun::takeBoxes(Run* run) {

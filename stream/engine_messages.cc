@@ -214,7 +214,8 @@ void Engine::MessageRun::completeSends(Run* run) {
       // Its bytes are out of the buffer, and the receiver has them (its credits came back, or
       // it took the box) or has posted the receive that takes them.
       if (m.boxed) {
-        if (!m.posted || (!lr.link->connection().boxTaken(m.box) &&
+        if (!m.posted || (!lr.link->connection().boxAccepted(
+                              m.box, m.id, static_cast<uint32_t>(m.dtype), m.count) &&
                           (run == nullptr || !receiverPosted(*run, m)))) {
           break;
         }
@@ -272,6 +273,7 @@ bool Engine::MessageRun::advance(Run& run, bool idle) {
   bool progress = false;
   announceReceives();
   progress |= postBoxes();
+  expectBoxes();
   progress |= takeBoxes(&run);
   completeSends(&run);
   idleRounds = idle ? idleRounds + 1 : 0;
@@ -306,6 +308,7 @@ bool Engine::MessageRun::runBoxed() {
   uint32_t idle = 0;
   while (chunked == 0 && idle < handOverAfter) {
     bool progress = postBoxes();
+    expectBoxes();
     progress |= takeBoxes(nullptr);
     if (boxTrouble)
       return false;

@@ -313,7 +313,8 @@ struct Engine::MessageRunLists {
     // Small messages over links with message boxes (transport::Connection::postBox) travel
     // there instead of as chunks: `box` is its box use, `buffer` what it reads or writes.
     bool boxed = false;
-    bool posted = false;  // a boxed send written into its box
+    bool posted = false;    // a boxed send written into its box
+    bool expected = false;  // a boxed receive its sender was told of (expectBoxes)
     uint64_t box = 0;
     void* buffer = nullptr;
   };
@@ -371,6 +372,10 @@ struct Engine::MessageRun : Engine::MessageRunLists {
   bool advance(Run& run, bool idle);
   /// Every message reported and every credit owed to a sender returned.
   bool finished() const;
+  /// Tells the senders of boxed receives not yet done that they are posted
+  /// (transport::Connection::expectBox): a send whose receive agrees completes without
+  /// waiting for the box to be taken.
+  void expectBoxes();
   /// A run whose messages all travel in boxes, without the progress loop (Run::execute) while
   /// the peers answer within a few idle rounds: true once finished, false where the run needs
   /// the loop (a message in chunks, a box that disagrees, a failure, a peer slow to answer).

@@ -209,6 +209,27 @@ class Connection {
     (void)sequence;
     return false;
   }
+  /// The receive of use `sequence` is posted, expecting message `ordinal` of `count` elements
+  /// of `dtype`: its sender may complete that message before the take (boxAccepted). False
+  /// when the box's previous use is not taken yet (nothing written: ask again later).
+  virtual bool expectBox(uint64_t sequence, uint32_t ordinal, uint32_t dtype, uint64_t count) {
+    (void)sequence;
+    (void)ordinal;
+    (void)dtype;
+    (void)count;
+    return false;
+  }
+  /// Whether the peer took our use `sequence` or expects exactly this message in it (its
+  /// receive agrees and the payload is in the box: the send is complete).
+  virtual bool boxAccepted(uint64_t sequence,
+                           uint32_t ordinal,
+                           uint32_t dtype,
+                           uint64_t count) const {
+    (void)ordinal;
+    (void)dtype;
+    (void)count;
+    return boxTaken(sequence);
+  }
   /// A use from `firstSequence` on that the peer posted for message `ordinal`, if any: a
   /// receiver that expects that message in chunks finds out it came in a box (counts differ).
   virtual bool boxHolds(uint64_t firstSequence, uint32_t ordinal, BoxArrival* out) {

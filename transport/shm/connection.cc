@@ -416,7 +416,8 @@ bool Connection::postBox(uint64_t sequence,
   Half& out = outgoing();
   const size_t b = (sequence - 1) % kMessageBoxes;
   // Its previous use is taken (the peer writes that word in our half; it can only delay us).
-  if (sequence > kMessageBoxes && loadAcquire(out.boxTaken[b]) != sequence - kMessageBoxes)
+  if (sequence > kMessageBoxes &&
+      loadAcquire(out.receipts[b].taken) != sequence - kMessageBoxes)
     return false;
   MessageBox& box = out.boxes[b];
   std::memcpy(box.data, data, std::min<size_t>(bytes, kMessageBoxBytes));
@@ -456,12 +457,47 @@ BoxPoll Connection::pollBox(uint64_t sequence, BoxArrival* out) {
 }
 
 void Connection::takeBox(uint64_t sequence) {
-  storeRelease(incoming().boxTaken[(sequence - 1) % kMessageBoxes], sequence);
+  storeRelease(incoming().receipts[(sequence - 1) % kMessageBoxes].taken, sequence);
   ring(*peerControl_);  // a sender asleep waiting for the box
 }
 
 bool Connection::boxTaken(uint64_t sequence) const {
-  return loadAcquire(outgoing().boxTaken[(sequence - 1) % kMessageBoxes]) >= sequence;
+  return loadAcquire(outgoing().receipts[(sequence - 1) % kMessageBoxes].taken) >= sequence;
+}
+
+bool Connection::expectBox(uint64_t sequence, uint32_t ordinal, uint32_t dtype, uint64_t count) {
+  if (failed_)
+    return false;
+  BoxReceipt& r = incoming().receipts[(sequence - 1) % kMessageBoxes];
+  // Until the previous use is taken its sender may still read this receipt for that use.
+  if (sequence > kMessageBoxes && loadRelaxed(r.taken) != sequence - kMessageBoxes)
+    return false;
+  storeRelaxed(r.expected, uint64_t{0});
+  std::atomic_thread_fence(std::memory_order_release);
+  storeRelaxed(r.ordinal, ordinal);
+  storeRelaxed(r.dtype, dtype);
+  storeRelaxed(r.count, count);
+  storeRelease(r.expected, sequence);
+  ring(*peerControl_);  // a sender asleep waiting for its box to be accepted
+  return true;
+}
+
+bool Connection::boxAccepted(uint64_t sequence,
+                             uint32_t ordinal,
+                             uint32_t dtype,
+                             uint64_t count) const {
+  BoxReceipt& r = outgoing().receipts[(sequence - 1) % kMessageBoxes];
+  if (loadAcquire(r.taken) >= sequence)
+    return true;
+  if (loadAcquire(r.expected) != sequence)
+    return false;
+  const uint32_t o = loadRelaxed(r.ordinal), d = loadRelaxed(r.dtype);
+  const uint64_t c = loadRelaxed(r.count);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  // Rewritten meanwhile (the receiver moved on to a later use): ask again next round.
+  if (loadRelaxed(r.expected) != sequence)
+    return false;
+  return o == ordinal && d == dtype && c == count;
 }
 
 bool Connection::boxHolds(uint64_t firstSequence, uint32_t ordinal, BoxArrival* out) {
@@ -533,10 +569,12 @@ bool Connection::hasNews() const {
     smallFailureReported_ = true;
     return true;
   }
-  // A box the peer posted, or one of ours it took (a sender waits for either), each once.
+  // A box the peer posted, or one of ours it took or expects (a sender waits for either),
+  // each once.
   uint64_t boxes = 0;
   for (size_t b = 0; b < kMessageBoxes; ++b)
-    boxes += peek(in.boxes[b].sequence) + peek(outgoing().boxTaken[b]);
+    boxes += peek(in.boxes[b].sequence) + peek(outgoing().receipts[b].taken) +
+             peek(outgoing().receipts[b].expected);
   if (boxes != boxNewsReported_) {
     boxNewsReported_ = boxes;
     return true;

@@ -72,6 +72,11 @@ class Connection final : public transport::Connection {
   BoxPoll pollBox(uint64_t sequence, BoxArrival* out) override;
   void takeBox(uint64_t sequence) override;
   bool boxTaken(uint64_t sequence) const override;
+  bool expectBox(uint64_t sequence, uint32_t ordinal, uint32_t dtype, uint64_t count) override;
+  bool boxAccepted(uint64_t sequence,
+                   uint32_t ordinal,
+                   uint32_t dtype,
+                   uint64_t count) const override;
   bool boxHolds(uint64_t firstSequence, uint32_t ordinal, BoxArrival* out) override;
 
   /// Whether poll() may have something to report (the device's wait checks this before it

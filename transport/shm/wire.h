@@ -14,7 +14,7 @@
 
 namespace gs::transport::shm {
 
-inline constexpr uint16_t kWireVersion = 5;
+inline constexpr uint16_t kWireVersion = 6;
 
 /// What Device::address() publishes. Native byte order: it never leaves the host.
 struct AddressBlob {
@@ -106,6 +106,22 @@ struct MessageBox {
   alignas(64) uint8_t data[kMessageBoxBytes];
 };
 
+/// The receiver's words on one of its sender's boxes, in the sender's half. `taken`: the last
+/// use it took (the box is free again). `expected`: the use its next receive from this box
+/// waits for, described by ordinal, dtype and count (0: none): a sender whose message agrees
+/// completes its send at once, without waiting for the take, and a sendrecv's exchange costs
+/// one crossing of the pair instead of two. The receiver writes a use's expectation only once
+/// the box's previous use is taken, as a seqlock (`expected` 0, the description, then the
+/// use: release), and the sender reads it back to front (Connection::boxAccepted).
+struct BoxReceipt {
+  uint64_t taken;
+  uint64_t expected;
+  uint32_t ordinal;
+  uint32_t dtype;
+  uint64_t count;
+};
+static_assert(sizeof(BoxReceipt) == 32);
+
 /// Who a connection's side is: written once by its owner, then `state` set to 1 (release).
 struct Hello {
   uint32_t state;  // 0 nothing yet, 1 valid
@@ -131,8 +147,8 @@ struct Half {
   alignas(64) uint64_t smallFailed;
   SmallBox small[2];                // exchange s in small[s % 2]
   MessageBox boxes[kMessageBoxes];  // box use s in boxes[(s - 1) % kMessageBoxes]
-  // Written by the receiver: the last box use it took from each box.
-  alignas(64) uint64_t boxTaken[kMessageBoxes];
+  // Written by the receiver, per box: what it took and what its posted receive expects.
+  alignas(64) BoxReceipt receipts[kMessageBoxes];
 };
 
 /// A connection's segment ("<dialer prefix>-c<acceptor rank>", created by the dialer, the
@@ -161,6 +177,14 @@ T loadAcquire(T& word) {
 template <class T>
 void storeRelease(T& word, T value) {
   std::atomic_ref<T>(word).store(value, std::memory_order_release);
+}
+template <class T>
+T loadRelaxed(T& word) {
+  return std::atomic_ref<T>(word).load(std::memory_order_relaxed);
+}
+template <class T>
+void storeRelaxed(T& word, T value) {
+  std::atomic_ref<T>(word).store(value, std::memory_order_relaxed);
 }
 static_assert(std::atomic_ref<uint64_t>::is_always_lock_free);
 static_assert(std::atomic_ref<uint32_t>::is_always_lock_free);

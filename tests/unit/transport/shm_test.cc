@@ -407,6 +407,44 @@ TEST(ShmTransport, MessageBoxesAreReusedOnlyOnceTakenAndRefuseOversizedOnes) {
       << b.errorMessage();
 }
 
+// A receiver's expectation (expectBox) lets its sender complete a boxed send before the take,
+// only for exactly the message expected in that use: another ordinal, dtype or count, or a use
+// of the box the receiver has not reached, is not accepted (the take still is). The receiver
+// writes a use's expectation only once the box's previous use is taken.
+TEST(ShmTransport, AnExpectationAcceptsOnlyTheMessageItDescribes) {
+  ShmPair pair;
+  Connection &a = pair.a, &b = pair.b;
+  const std::vector<uint8_t> payload(8, 1);
+  ASSERT_TRUE(a.postBox(1, 7, 3, 2, payload.data(), 8));
+  EXPECT_FALSE(a.boxAccepted(1, 7, 3, 2)) << "nothing expected or taken yet";
+  ASSERT_TRUE(b.expectBox(1, 7, 3, 2));
+  EXPECT_TRUE(a.boxAccepted(1, 7, 3, 2));
+  EXPECT_FALSE(a.boxTaken(1)) << "accepted, not taken: the box stays in use";
+  EXPECT_FALSE(a.boxAccepted(1, 8, 3, 2)) << "another message number";
+  EXPECT_FALSE(a.boxAccepted(1, 7, 4, 2)) << "another dtype";
+  EXPECT_FALSE(a.boxAccepted(1, 7, 3, 3)) << "another count";
+  EXPECT_FALSE(a.boxAccepted(2, 7, 3, 2)) << "another use";
+
+  // A disagreeing expectation: not accepted until the receiver takes the box (it would fail
+  // instead: the engine compares the box with its receive first).
+  ASSERT_TRUE(a.postBox(2, 8, 3, 5, payload.data(), 8));
+  ASSERT_TRUE(b.expectBox(2, 8, 3, 4));
+  EXPECT_FALSE(a.boxAccepted(2, 8, 3, 5));
+  b.takeBox(2);
+  EXPECT_TRUE(a.boxAccepted(2, 8, 3, 5)) << "taken";
+
+  // Use kMessageBoxes + 1 shares box 1, whose use 1 is not taken: no expectation yet, and use
+  // 1's stays readable.
+  const uint64_t next = shm::kMessageBoxes + 1;
+  EXPECT_FALSE(b.expectBox(next, 20, 3, 2));
+  EXPECT_TRUE(a.boxAccepted(1, 7, 3, 2));
+  b.takeBox(1);
+  ASSERT_TRUE(b.expectBox(next, 20, 3, 2));
+  EXPECT_TRUE(a.boxAccepted(1, 7, 3, 2)) << "use 1 was taken";
+  ASSERT_TRUE(a.postBox(next, 20, 3, 2, payload.data(), 8));
+  EXPECT_TRUE(a.boxAccepted(next, 20, 3, 2));
+}
+
 // A peer's small exchange wakes a rank waiting on its device once: a rank in a chunked call
 // whose peer already went on to its next, small call (having sent all this rank needed) must
 // be able to sleep again until its own data comes. Before, every wait returned at once until
