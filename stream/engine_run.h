@@ -43,9 +43,9 @@ constexpr size_t workIndex(transport::WorkId id) {
 // The steady clock's nanoseconds, off the cycle counter (cycle::steadyNow): a small call reads
 // it at each end. Readings may step back by tens of ns: subtract them with elapsedNs().
 inline uint64_t nowNs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   cycle::steadyNow().time_since_epoch())
-                                   .count());
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(cycle::steadyNow().time_since_epoch())
+          .count());
 }
 inline uint64_t elapsedNs(uint64_t startNs, uint64_t endNs) {
   return endNs > startNs ? endNs - startNs : 0;
