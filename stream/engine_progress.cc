@@ -273,7 +273,7 @@ void Engine::Run::execute(uint64_t startNs) {
       progress |= postSends(li);
     for (size_t li = 0; li < links.size(); ++li) {
       progress |= processRecvs(li);
-      progress |= returnCredits(li, false);
+      progress |= releaseSlots(li);
       progress |= postSends(li);
     }
     // Credits short of a batch go back at the first idle moment, when this rank waits anyway;
@@ -286,13 +286,19 @@ void Engine::Run::execute(uint64_t startNs) {
       for (size_t li = 0; li < links.size(); ++li)
         progress |= returnCredits(li, true);
     }
+    bool over;
     if (messages != nullptr) {
       progress |= messages->advance(*this, !progress);
-      if (messages->finished())
-        return keepPeerAbort();
-    } else if (done()) {
-      return keepPeerAbort();
+      over = messages->finished();
+    } else {
+      over = done();
     }
+    // A batch of credits goes back with this round's posts, except the one that just filled
+    // in a run's last round (returnCredits).
+    for (size_t li = 0; li < links.size(); ++li)
+      progress |= returnCredits(li, false, over);
+    if (over)
+      return keepPeerAbort();
     if (engine.abortFlag_.load(std::memory_order_relaxed))
       fail(Errc::kAborted, engine.rank_, "communicator aborted");
     if (progress) {

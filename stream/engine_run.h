@@ -282,7 +282,11 @@ struct Engine::Run {
   bool forwardsFromDst(const RecvOp& op) const;
   // Sends the read acknowledgement when reads are unacknowledged.
   bool acknowledgeReads(size_t li);
-  bool returnCredits(size_t li, bool flush);
+  // Frees the slots of the receives processed (what done() counts).
+  bool releaseSlots(size_t li);
+  // releaseSlots, then advertises the credits once a batch is pending (flush: any; lastRound:
+  // more than a batch, see engine_recv.cc).
+  bool returnCredits(size_t li, bool flush, bool lastRound = false);
 
   // Failure handling (engine_failure.cc): blame, notices, the liveness check.
   [[noreturn]] void fail(Errc code, int blamedRank, const std::string& cause);
