@@ -470,13 +470,14 @@ bool Connection::expectBox(uint64_t sequence, uint32_t ordinal, uint32_t dtype, 
     return false;
   BoxReceipt& r = incoming().receipts[(sequence - 1) % kMessageBoxes];
   // Until the previous use is taken its sender may still read this receipt for that use.
-  if (sequence > kMessageBoxes && loadRelaxed(r.taken) != sequence - kMessageBoxes)
+  if (sequence > kMessageBoxes && loadWord(r.taken, std::memory_order_relaxed) != sequence - kMessageBoxes)
     return false;
-  storeRelaxed(r.expected, uint64_t{0});
+  constexpr auto relaxed = std::memory_order_relaxed;
+  storeWord(r.expected, uint64_t{0}, relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  storeRelaxed(r.ordinal, ordinal);
-  storeRelaxed(r.dtype, dtype);
-  storeRelaxed(r.count, count);
+  storeWord(r.ordinal, ordinal, relaxed);
+  storeWord(r.dtype, dtype, relaxed);
+  storeWord(r.count, count, relaxed);
   storeRelease(r.expected, sequence);
   ring(*peerControl_);  // a sender asleep waiting for its box to be accepted
   return true;
@@ -491,11 +492,12 @@ bool Connection::boxAccepted(uint64_t sequence,
     return true;
   if (loadAcquire(r.expected) != sequence)
     return false;
-  const uint32_t o = loadRelaxed(r.ordinal), d = loadRelaxed(r.dtype);
-  const uint64_t c = loadRelaxed(r.count);
+  constexpr auto relaxed = std::memory_order_relaxed;
+  const uint32_t o = loadWord(r.ordinal, relaxed), d = loadWord(r.dtype, relaxed);
+  const uint64_t c = loadWord(r.count, relaxed);
   std::atomic_thread_fence(std::memory_order_acquire);
   // Rewritten meanwhile (the receiver moved on to a later use): ask again next round.
-  if (loadRelaxed(r.expected) != sequence)
+  if (loadWord(r.expected, relaxed) != sequence)
     return false;
   return o == ordinal && d == dtype && c == count;
 }

@@ -170,21 +170,22 @@ struct RegionKey {
 };
 static_assert(sizeof(RegionKey) == 16);
 
+// Words of a segment the peer writes too, read and written whole (the order names the fence).
+template <class T>
+T loadWord(T& word, std::memory_order order) {
+  return std::atomic_ref<T>(word).load(order);
+}
+template <class T>
+void storeWord(T& word, T value, std::memory_order order) {
+  std::atomic_ref<T>(word).store(value, order);
+}
 template <class T>
 T loadAcquire(T& word) {
-  return std::atomic_ref<T>(word).load(std::memory_order_acquire);
+  return loadWord(word, std::memory_order_acquire);
 }
 template <class T>
 void storeRelease(T& word, T value) {
-  std::atomic_ref<T>(word).store(value, std::memory_order_release);
-}
-template <class T>
-T loadRelaxed(T& word) {
-  return std::atomic_ref<T>(word).load(std::memory_order_relaxed);
-}
-template <class T>
-void storeRelaxed(T& word, T value) {
-  std::atomic_ref<T>(word).store(value, std::memory_order_relaxed);
+  storeWord(word, value, std::memory_order_release);
 }
 static_assert(std::atomic_ref<uint64_t>::is_always_lock_free);
 static_assert(std::atomic_ref<uint32_t>::is_always_lock_free);
