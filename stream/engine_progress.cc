@@ -235,9 +235,10 @@ void Engine::Run::execute(uint64_t startNs) {
   }
   auto lastProgress = Clock::time_point(std::chrono::nanoseconds(startNs));
   // The clock (cycle::steadyNow, the counter's: a steady read per round was a tenth of a
-  // waiting rank's own time where ranks outnumber cores) is read in idle rounds only: a round that made progress restarts the no-progress
-  // timer, which the next idle round's reading dates (one round late at most, well under the
-  // spin time). Small calls finish in a few progressing rounds and read it not at all.
+  // waiting rank's own time where ranks outnumber cores) is read in idle rounds only: a round that
+  // made progress restarts the no-progress timer, which the next idle round's reading dates (one
+  // round late at most, well under the spin time). Small calls finish in a few progressing rounds
+  // and read it not at all.
   bool progressUndated = false;
   const auto timeout = std::chrono::milliseconds(engine.config_.timeoutMs);
   int idle = 0;
