@@ -5,7 +5,9 @@
 // reference VM) against 8 ns for the CPU's time-stamp counter. The counter is used only where
 // the kernel keeps time with it itself (clocksource "tsc": constant rate, synchronized across
 // CPUs), its rate measured once against the steady clock; elsewhere (another clocksource,
-// another architecture) the steady clock. For durations only: deadlines use the steady clock.
+// another architecture) the steady clock. now() and ticksToNs() time durations; steadyNow()
+// gives steady-clock time points (deadlines, request and call times) anchored to the steady
+// clock once a millisecond.
 
 #include <chrono>
 #include <cstdint>

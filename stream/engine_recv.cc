@@ -365,11 +365,7 @@ bool Engine::Run::acknowledgeReads(size_t li) {
   return true;
 }
 
-// Releases processed chunks (in order; a forwarded one once its forward left) and tells the
-// peer with one cumulative credit message: once half the slots are free again, or (flush)
-// whenever this rank runs out of other work. Credits are never needed to finish the current
-// collective once this rank has all its chunks, so a small collective ends without the extra
-// message; the next one returns them at its first idle moment.
+// Releases processed chunks, in order (a forwarded one once its forward left).
 bool Engine::Run::releaseSlots(size_t li) {
   LinkRun& lr = links[li];
   Link& link = *lr.link;
@@ -386,6 +382,10 @@ bool Engine::Run::releaseSlots(size_t li) {
   return progress;
 }
 
+// Releases what it can and tells the peer with one cumulative credit message: once half the
+// slots are free again, or (flush) whenever this rank runs out of other work. Credits are never
+// needed to finish the current collective once this rank has all its chunks, so a small
+// collective ends without the extra message; the next one returns them at its first idle moment.
 bool Engine::Run::returnCredits(size_t li, bool flush, bool lastRound) {
   Link& link = *links[li].link;
   bool progress = releaseSlots(li);
