@@ -407,6 +407,14 @@ SmallPoll Connection::pollSmall(uint64_t sequence, SmallArrival* out) {
   return failed_ ? SmallPoll::kFailed : SmallPoll::kPending;
 }
 
+namespace {
+// Whether the use before `sequence` of its box (sequence - kMessageBoxes) was taken: the box
+// and its receipt are free for `sequence` (postBox, expectBox).
+bool previousUseTaken(BoxReceipt& receipt, uint64_t sequence) {
+  return sequence <= kMessageBoxes || loadAcquire(receipt.taken) == sequence - kMessageBoxes;
+}
+}  // namespace
+
 bool Connection::postBox(uint64_t sequence,
                          uint32_t ordinal,
                          uint32_t dtype,
@@ -416,8 +424,7 @@ bool Connection::postBox(uint64_t sequence,
   Half& out = outgoing();
   const size_t b = (sequence - 1) % kMessageBoxes;
   // Its previous use is taken (the peer writes that word in our half; it can only delay us).
-  if (sequence > kMessageBoxes &&
-      loadAcquire(out.receipts[b].taken) != sequence - kMessageBoxes)
+  if (!previousUseTaken(out.receipts[b], sequence))
     return false;
   MessageBox& box = out.boxes[b];
   std::memcpy(box.data, data, std::min<size_t>(bytes, kMessageBoxBytes));
@@ -470,7 +477,7 @@ bool Connection::expectBox(uint64_t sequence, uint32_t ordinal, uint32_t dtype, 
     return false;
   BoxReceipt& r = incoming().receipts[(sequence - 1) % kMessageBoxes];
   // Until the previous use is taken its sender may still read this receipt for that use.
-  if (sequence > kMessageBoxes && loadWord(r.taken, std::memory_order_relaxed) != sequence - kMessageBoxes)
+  if (!previousUseTaken(r, sequence))
     return false;
   constexpr auto relaxed = std::memory_order_relaxed;
   storeWord(r.expected, uint64_t{0}, relaxed);
