@@ -62,3 +62,10 @@ def test_a_dead_rank_raises_in_the_others_within_the_timeout(ranks):
         assert res["elapsed"] < 20, res
         assert res["destroy"] < 15, res
         assert "rank 2" in res["message"], res["message"]
+
+
+@pytest.mark.parametrize("n, shm", [(1, "1"), (2, "1"), (3, "1"), (4, "0")])
+def test_gather_and_scatter_move_only_the_roots_blocks(ranks, n, shm):
+    out = ranks(n, "gather_scatter", env={"GS_SHM": shm}).check()
+    for r, res in enumerate(out.results):
+        assert res["checked"] == 4 * n + 7 + (1 if r == 0 else 0), (r, res)

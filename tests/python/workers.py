@@ -371,6 +371,69 @@ def wait_done(works, seconds=60):
         w.wait()
 
 
+def gather_scatter():
+    """dist.gather / dist.scatter as messages between the root and each rank: every root,
+    several dtypes, empty and non-contiguous tensors, behind a queued allreduce of the same
+    tensor, exact; and what each rank sends (bytes_logical) is its own block only (gather) or
+    the root's N-1 blocks only (scatter), not what an allgather or broadcast would move."""
+    init()
+    checked = 0
+    for root in range(WORLD):
+        for dtype, n in ((torch.float32, 1 << 18), (torch.int64, 1001), (torch.bfloat16, 37),
+                         (torch.uint8, 0)):
+            mine = message(RANK, root, n, dtype)
+            outs = [torch.full((n,), 7, dtype=dtype) for _ in range(WORLD)]
+            before = gt.stats()["bytes_logical"]
+            dist.gather(mine, gather_list=outs if RANK == root else None, dst=root)
+            sent = gt.stats()["bytes_logical"] - before
+            size = n * mine.element_size()
+            assert sent == (0 if RANK == root else size), (root, dtype, sent, size)
+            if RANK == root:
+                for r in range(WORLD):
+                    assert torch.equal(outs[r], message(r, root, n, dtype)), (root, dtype, r)
+                checked += 1
+            into = torch.full((n,), 7, dtype=dtype)
+            blocks = [message(root, r, n, dtype) for r in range(WORLD)]
+            before = gt.stats()["bytes_logical"]
+            dist.scatter(into, blocks if RANK == root else None, src=root)
+            sent = gt.stats()["bytes_logical"] - before
+            assert sent == ((WORLD - 1) * size if RANK == root else 0), (root, dtype, sent)
+            assert torch.equal(into, blocks[RANK]), (root, dtype, into[:8])
+            checked += 1
+    # Non-contiguous: the root gathers into and scatters from transposed views, the others
+    # receive into a strided view (written back, nothing outside it touched).
+    base = message(RANK, 0, 24, torch.float32).reshape(4, 6)
+    holders = [torch.full((6, 4), -1.0).t() for _ in range(WORLD)]
+    dist.gather(base, gather_list=holders if RANK == 0 else None, dst=0)
+    if RANK == 0:
+        for r in range(WORLD):
+            assert torch.equal(holders[r], message(r, 0, 24, torch.float32).reshape(4, 6)), r
+        checked += 1
+    holder = torch.full((4, 12), -1.0)
+    dist.scatter(holder[:, ::2], [message(0, r, 24, torch.float32).reshape(6, 4).t()
+                                  for r in range(WORLD)] if RANK == 0 else None, src=0)
+    assert torch.equal(holder[:, ::2], message(0, RANK, 24, torch.float32).reshape(6, 4).t())
+    assert torch.equal(holder[:, 1::2], torch.full((4, 6), -1.0)), "wrote outside the view"
+    checked += 1
+    # Behind a queued allreduce of the very tensor (issue order): the root's own block too is
+    # the sum, and async gathers and scatters complete by themselves, in order.
+    big = torch.full((1 << 19,), float(RANK + 1))
+    reduced = dist.all_reduce(big, async_op=True)
+    outs = [torch.empty_like(big) for _ in range(WORLD)] if RANK == WORLD - 1 else None
+    works = [reduced, dist.gather(big, gather_list=outs, dst=WORLD - 1, async_op=True)]
+    spread = torch.empty(5)
+    works.append(dist.scatter(spread, [torch.full((5,), float(r)) for r in range(WORLD)]
+                              if RANK == 0 else None, src=0, async_op=True))
+    wait_done(works)
+    total = float(sum(range(1, WORLD + 1)))
+    if RANK == WORLD - 1:
+        assert all(torch.equal(o, torch.full_like(big, total)) for o in outs), "gather read early"
+    assert torch.equal(spread, torch.full((5,), float(RANK)))
+    checked += 2
+    dist.destroy_process_group()
+    report(checked=checked)
+
+
 def p2p():
     """send / recv / isend / irecv / batch_isend_irecv: every ordered pair blocking,
     non-contiguous at both ends, an 8 MiB ring shift posted send-first on every rank, the ring

@@ -325,37 +325,81 @@ class ProcessGroupGradstream(dist.ProcessGroup):
             lambda p, n, dtype, done, stream: self._comm.reduce(p, p if mine else 0, n, dtype, op,
                                                                 root, done, stream))
 
-    # Gather and scatter through the collectives above: gather = allgather, scatter = broadcast
-    # of the root's list. Correct, not bandwidth-optimal (they move N times what a rooted
-    # schedule would).
+    # Gather and scatter as point-to-point messages between the root and each other rank (what
+    # torch's NCCL backend does with ncclSend / ncclRecv): the root receives or sends N-1 blocks
+    # and every other rank one, where an allgather or a broadcast of the whole list would move
+    # N times that through every rank. Every rank posts in call order, so the pairs match like
+    # any other messages of the group (issue order, README "Point-to-point").
     def gather(self, output_lists, inputs, opts=None):
+        """dist.gather: inputs[i] of every rank into output_lists[i][rank] on the root."""
         root = opts.rootRank if opts is not None else 0
         self._check_rank(root, "gather root")
-        if self._group_rank != root:
-            output_lists = [[torch.empty_like(t) for _ in range(self._group_size)]
-                            for t in inputs]
-        return self.allgather(output_lists, inputs)
+        what = "gather"
+        if self._group_rank != root:  # torch passes [] here ([[]] under torchcomms)
+            device, stream = self._begin(list(inputs), f"{what} tensor")
+            future = T.new_future(device)
+            done = _Completion(future, [], max(1, len(inputs)), what)
+            for t in inputs:
+                buf = t.contiguous()
+                done.hold(buf)
+                self._comm.isend(buf.data_ptr(), buf.numel(), T.gs_dtype(buf, f"{what} input"),
+                                 root, done, stream)
+            if not inputs:
+                done(0, "")
+            return self._work(future)
+        self._check_rank_lists(what, output_lists, inputs, "output", "input")
+        device, stream = self._begin(list(inputs) + [t for outs in output_lists for t in outs],
+                                     f"{what} tensors")
+        future = T.new_future(device)
+        peers = [r for r in range(self._group_size) if r != root]
+        staged = [[T.contiguous(outs[r]) for r in peers] for outs in output_lists]
+        # The root's own blocks are copied at completion, like the write-backs: after the
+        # requests queued before this one (which may still write its inputs) finished.
+        own = [lambda outs=outs, inp=inp: outs[root].copy_(inp)
+               for outs, inp in zip(output_lists, inputs)]
+        done = _Completion(future, output_lists, max(1, len(peers) * len(inputs)), what,
+                           own + [wb for row in staged for _, wb in row if wb is not None])
+        for row in staged:
+            for peer, (buf, _) in zip(peers, row):
+                self._comm.irecv(buf.data_ptr(), buf.numel(), T.gs_dtype(buf, f"{what} output"),
+                                 peer, done, stream)
+        if not peers or not inputs:
+            done(0, "")  # nothing travels: complete now
+        return self._work(future)
 
     def scatter(self, outputs, input_lists, opts=None):
+        """dist.scatter: the root's input_lists[0][r] into rank r's outputs[0]."""
         root = opts.rootRank if opts is not None else 0
         self._check_rank(root, "scatter root")
+        what = "scatter"
         if len(outputs) != 1:
-            raise ValueError("gradstream: scatter takes one output tensor per rank")
+            raise ValueError(f"gradstream: {what} takes one output tensor per rank")
         out = outputs[0]
-        full = torch.empty(self._group_size * out.numel(), dtype=out.dtype, device=out.device)
-        if self._group_rank == root:
-            if len(input_lists) != 1 or len(input_lists[0]) != self._group_size:
-                raise ValueError(f"gradstream: scatter on the root needs {self._group_size} "
-                                 "input tensors")
-            full.copy_(torch.cat([t.reshape(-1) for t in input_lists[0]]))
-        device, stream = self._begin([out, full], "scatter tensors")
+        if self._group_rank != root:
+            device, stream = self._begin([out], f"{what} output")
+            future = T.new_future(device)
+            buf, write_back = T.contiguous(out)
+            done = _Completion(future, outputs, 1, what, [write_back] if write_back else [])
+            self._comm.irecv(buf.data_ptr(), buf.numel(), T.gs_dtype(buf, f"{what} output"),
+                             root, done, stream)
+            return self._work(future)
+        if len(input_lists) != 1:
+            raise ValueError(f"gradstream: {what} on the root needs one input list")
+        self._check_rank_lists(what, input_lists, outputs, "input", "output")
+        ins = input_lists[0]
+        device, stream = self._begin([out] + list(ins), f"{what} tensors")
         future = T.new_future(device)
-        lo = self._group_rank * out.numel()
-        done = _Completion(future, outputs, 1, "scatter",
-                           [lambda: out.copy_(full[lo:lo + out.numel()].view_as(out))])
-        done.hold(full)
-        self._comm.broadcast(full.data_ptr(), full.data_ptr(), full.numel(),
-                             T.gs_dtype(full, "scatter tensor"), root, done, stream)
+        peers = [r for r in range(self._group_size) if r != root]
+        # The root's own block at completion, after the requests queued before (see gather).
+        done = _Completion(future, outputs, max(1, len(peers)), what,
+                           [lambda: out.copy_(ins[root])])
+        for peer in peers:
+            buf = ins[peer].contiguous()
+            done.hold(buf)
+            self._comm.isend(buf.data_ptr(), buf.numel(), T.gs_dtype(buf, f"{what} input"), peer,
+                             done, stream)
+        if not peers:
+            done(0, "")
         return self._work(future)
 
     def _alltoallv(self, what, out, inp, send_counts, recv_counts, finish, result):
