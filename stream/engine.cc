@@ -341,16 +341,23 @@ void Engine::stayHome(Clock::time_point now) {
   }
 }
 
-void Engine::waitForActivity(std::chrono::microseconds maxWait) {
+void Engine::waitForActivity(std::chrono::microseconds maxWait,
+                             std::span<const transport::Connection* const> watched) {
+  auto wait = [&](transport::Device& device, std::chrono::microseconds time) {
+    if (watched.empty())
+      device.waitForActivity(time);
+    else
+      device.waitForActivityOn(time, watched);
+  };
   if (devices_.size() == 1) {
-    devices_.front()->waitForActivity(maxWait);
+    wait(*devices_.front(), maxWait);
     return;
   }
   // Several devices: none can wake a wait on another, so each waits a short slice in turn.
   const auto slice =
       std::min(maxWait / static_cast<int>(devices_.size()), std::chrono::microseconds(50));
   for (transport::Device* device : devices_)
-    device->waitForActivity(slice);
+    wait(*device, slice);
 }
 
 }  // namespace gs::stream

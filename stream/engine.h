@@ -270,7 +270,11 @@ class Engine {
   void connectMissingPeers(const Plan& plan, CollectiveKind kind);
   void addDevice(transport::Device& device);
   LinkMaker linkMaker_;
-  void waitForActivity(std::chrono::microseconds maxWait);
+  /// Sleeps until a device has news, interrupt() or maxWait. watched (not empty): only news on
+  /// those connections counts, see transport::Device::waitForActivityOn.
+  void waitForActivity(std::chrono::microseconds maxWait,
+                       std::span<const transport::Connection* const> watched = {});
+  std::vector<const transport::Connection*> watchedConnections_;  // Run::execute's, reused
   int rank_;
   int nranks_;
   transport::Device& device_;

@@ -345,11 +345,19 @@ void Engine::Run::execute(uint64_t startNs) {
       continue;
     }
     if (idle > engine.spinRounds_ && now - lastProgress >= spinTime) {
-      // Past the timeout (a liveness check is out) in 1 ms steps.
+      // Past the timeout (a liveness check is out) in 1 ms steps. Only this run's links may
+      // end the wait: another's unread news (credits from a link this schedule does not use)
+      // would end every wait at once, a spin that took the core from the peers this rank waits
+      // for (3 ranks on 2 cores over tcp, a 256 KiB allreduce: 2.5 ms a call instead of 0.25).
       auto left =
           std::chrono::duration_cast<std::chrono::microseconds>(timeout - (now - lastProgress));
+      auto& watched = engine.watchedConnections_;
+      watched.clear();
+      for (const LinkRun& lr : links)
+        watched.push_back(&lr.link->connection());
       engine.waitForActivity(
-          std::clamp(left, std::chrono::microseconds(1000), std::chrono::microseconds(2000)));
+          std::clamp(left, std::chrono::microseconds(1000), std::chrono::microseconds(2000)),
+          watched);
     }
   }
 }

@@ -70,6 +70,18 @@ class Device {
   /// called, or maxWait passes. Spurious returns are allowed.
   virtual void waitForActivity(std::chrono::microseconds maxWait) = 0;
 
+  /// Like waitForActivity(), but only news on `watched` (or interrupt()) ends the wait early.
+  /// For a caller that can progress on those connections alone (a collective waiting on its
+  /// own links): news it will not read until a later call (a credit return on a link the next
+  /// schedules do not use) would otherwise end every wait at once, and the rank that should
+  /// sleep spins, taking the core from the peer it waits for where ranks outnumber cores.
+  /// The default waits for any connection (spurious returns are allowed).
+  virtual void waitForActivityOn(std::chrono::microseconds maxWait,
+                                 std::span<const Connection* const> watched) {
+    (void)watched;
+    waitForActivity(maxWait);
+  }
+
   /// Wakes a thread blocked in waitForActivity(). Callable from any thread.
   virtual void interrupt() = 0;
 };

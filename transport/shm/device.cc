@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -329,20 +330,34 @@ std::unique_ptr<transport::Connection> Device::connect(int peer,
   return std::make_unique<Connection>(*this, std::move(setup));
 }
 
-void Device::waitForActivity(std::chrono::microseconds maxWait) {
+template <typename Watch>
+void Device::waitOn(std::chrono::microseconds maxWait, Watch watch) {
   ControlBlock& c = control();
   const uint32_t seen = prepareToSleep(c);
   bool news = interrupted_.exchange(false);
   if (!news) {
     std::lock_guard lock(connectionsMutex_);
     for (const Connection* connection : connections_) {
-      if (connection->hasNews()) {
+      if (watch(connection) && connection->hasNews()) {
         news = true;
         break;
       }
     }
   }
   sleepUntilRung(c, seen, maxWait, news);
+}
+
+void Device::waitForActivity(std::chrono::microseconds maxWait) {
+  waitOn(maxWait, [](const Connection*) { return true; });
+}
+
+void Device::waitForActivityOn(std::chrono::microseconds maxWait,
+                               std::span<const transport::Connection* const> watched) {
+  // A queue holding work for a later call keeps its news: looked at, it would end every wait
+  // at once (transport::Device::waitForActivityOn). A peer's ring still wakes this device.
+  waitOn(maxWait, [&](const Connection* c) {
+    return std::find(watched.begin(), watched.end(), c) != watched.end();
+  });
 }
 
 void Device::interrupt() {

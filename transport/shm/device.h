@@ -47,6 +47,8 @@ class Device final : public transport::Device {
                                                  std::span<const uint8_t> peerAddress,
                                                  Deadline deadline) override;
   void waitForActivity(std::chrono::microseconds maxWait) override;
+  void waitForActivityOn(std::chrono::microseconds maxWait,
+                         std::span<const transport::Connection* const> watched) override;
   void interrupt() override;
 
   /// Connections add and remove themselves so waitForActivity() can look at their queues.
@@ -55,6 +57,9 @@ class Device final : public transport::Device {
 
  private:
   ControlBlock& control() const;
+  // Sleeps unless interrupted or a connection `watch` accepts has news, until rung or maxWait.
+  template <typename Watch>
+  void waitOn(std::chrono::microseconds maxWait, Watch watch);
 
   int rank_;
   int nranks_;

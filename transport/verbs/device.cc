@@ -316,7 +316,8 @@ void Device::serviceAsyncEvents() noexcept {
   }
 }
 
-void Device::waitForActivity(std::chrono::microseconds maxWait) {
+template <typename Watch>
+void Device::waitOn(std::chrono::microseconds maxWait, Watch watch) {
   pollFds_.clear();
   pollFds_.push_back(wakeup_.pollFd());
   pollFds_.push_back(pollfd{channel_->fd, POLLIN, 0});
@@ -326,10 +327,11 @@ void Device::waitForActivity(std::chrono::microseconds maxWait) {
     // Arm, then look once more: a completion that arrived before arming raises no event.
     for (Connection* c : connections_)
       c->armCompletionEvents();
-    for (Connection* c : connections_) {
-      if (c->drain())
-        return;
-    }
+    bool news = false;
+    for (Connection* c : connections_)
+      news |= c->drain() && watch(c);
+    if (news)
+      return;
     for (Connection* c : connections_)
       c->appendPollFds(pollFds_);
   }
@@ -349,6 +351,19 @@ void Device::waitForActivity(std::chrono::microseconds maxWait) {
     for (Connection* c : connections_)
       c->checkSide();
   }
+}
+
+void Device::waitForActivity(std::chrono::microseconds maxWait) {
+  waitOn(maxWait, [](const Connection*) { return true; });
+}
+
+void Device::waitForActivityOn(std::chrono::microseconds maxWait,
+                               std::span<const transport::Connection* const> watched) {
+  // Completions drained for a later call stay queued on their connection: counted, they would
+  // end every wait at once (transport::Device::waitForActivityOn).
+  waitOn(maxWait, [&](const Connection* c) {
+    return std::find(watched.begin(), watched.end(), c) != watched.end();
+  });
 }
 
 void Device::interrupt() {

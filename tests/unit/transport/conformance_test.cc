@@ -442,6 +442,42 @@ TEST_P(TransportTest, WaitForActivityWakesOnDataAndInterrupt) {
   EXPECT_EQ(c[0].imm, 5u);
 }
 
+// A collective waits on its own links only (Engine::Run::execute): news on another connection,
+// left unread for a later call, must not end every such wait at once. It did over tcp and
+// shm (a readable socket, a queue with news): the waiting rank spun instead of sleeping and
+// took the core from the peer it waited for (3 ranks on 2 cores: 10x slower calls). One early
+// return is allowed (spurious returns are; loopback and verbs wake once per event).
+TEST_P(TransportTest, WaitOnSomeConnectionsSleepsThroughAnothersUnreadNews) {
+  auto ranks = connectRanks(backend(), 3);
+  std::vector<uint8_t> src(32, 7);
+  auto rs = ranks[1].device->registerMemory(src.data(), src.size());
+  auto rd = ranks[0].device->allocateRegion(32);
+  LocalSegment seg{rs.get(), 0, 32};
+  ASSERT_EQ(ranks[1].peers[0]->postWrite({&seg, 1}, rd->remoteKey(), 0, 9, 1), PostResult::kOk);
+  // Rank 1's write is on its way to rank 0, which waits on its link to rank 2 only.
+  const transport::Connection* fromRank2 = ranks[0].peers[2].get();
+  std::this_thread::sleep_for(20ms);  // the write has landed (or is ringing) at rank 0
+  constexpr auto kWait = std::chrono::microseconds(30'000);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i)
+    ranks[0].device->waitForActivityOn(kWait, {&fromRank2, 1});
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 2 * kWait)
+      << "waits on rank 2's link kept ending for rank 1's unread write";
+  // Watched, the same news ends the wait: the write is there to be read.
+  const transport::Connection* fromRank1 = ranks[0].peers[1].get();
+  Completion c[4];
+  size_t got = 0;
+  for (int i = 0; i < 100 && got == 0; ++i) {
+    ranks[0].device->waitForActivityOn(std::chrono::microseconds(50'000), {&fromRank1, 1});
+    got = ranks[0].peers[1]->poll(c);
+  }
+  ASSERT_EQ(got, 1u);
+  EXPECT_EQ(c[0].imm, 9u);
+  // Collect the writer's own completion: nothing is left in flight at teardown.
+  for (int i = 0; i < 100 && ranks[1].peers[0]->poll(c) == 0; ++i)
+    ranks[1].device->waitForActivity(std::chrono::microseconds(10'000));
+}
+
 // The verbs build of this suite (transport_verbs_test, label rdma) runs inside the Soft-RoCE
 // virtual machine with GS_CONFORMANCE_BACKENDS="verbs".
 #ifndef GS_CONFORMANCE_BACKENDS
