@@ -4,6 +4,9 @@
 # every variant once, in a rotated order, so drift on a shared machine hits all alike), and
 # prints per cell the median time of each variant, auto's choice, and auto's time over the
 # fastest fixed schedule's. Cells where auto is more than 10 % slower are marked "MISS".
+# "model" is auto with GS_ALGO_TUNE=off (the cost model alone), run in the same rounds so the
+# measured choice (GS_ALGO_TUNE's default) and the model's are compared on the same machine
+# state; on hosts where ranks do not outnumber cores the two are the same thing.
 #
 #   bench/algo_choice.sh [--ranks "2 3 4"] [--sizes "8 64K 1M 4M 16M 64M"] [--rounds 3]
 #                        [--transport shm|tcp] [--results DIR]
@@ -36,7 +39,7 @@ results=${results:-$root/build/bench/results/algo_choice-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$results"
 shm=1
 [[ $transport == tcp ]] && shm=0
-algos=(ring tree halving_doubling recursive_doubling auto)
+algos=(ring tree halving_doubling recursive_doubling auto model)
 
 bytes_of() {  # 64K -> 65536
   local s=$1
@@ -62,8 +65,9 @@ echo "# algo_choice: transport $transport, ranks '$ranks', sizes '$sizes', $roun
 echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg); raw outputs in $results"
 printf '%3s %10s' N size
 printf ' %12s' "${algos[@]}"
-printf ' %20s %12s %8s\n' "auto chose" fastest "auto/best"
+printf ' %20s %12s %8s %11s\n' "auto chose" fastest "auto/best" "model/best"
 misses=0
+model_misses=0
 for n in $ranks; do
   for size in $sizes; do
     b=$(bytes_of "$size")
@@ -72,7 +76,9 @@ for n in $ranks; do
       for ((k = 0; k < ${#algos[@]}; ++k)); do
         algo=${algos[$(((k + r) % ${#algos[@]}))]}
         out="$results/N${n}_${size}_${algo}_r$r.txt"
-        if ! GS_SHM=$shm GS_ALGO=$algo timeout -k 5 120 "$perf" --ranks "$n" -b "$b" -e "$b" \
+        tune=crowded
+        [[ $algo == model ]] && tune=off
+        if ! GS_SHM=$shm GS_ALGO=${algo/model/auto} GS_ALGO_TUNE=$tune timeout -k 5 120 "$perf" --ranks "$n" -b "$b" -e "$b" \
           -n "$iters" -w $((iters / 10 + 1)) --inplace >"$out" 2>&1; then
           echo "algo_choice.sh: N=$n $size GS_ALGO=$algo failed (see $out)" >&2
           exit 1
@@ -95,14 +101,18 @@ for n in $ranks; do
       fi
     done
     ratio=$(awk -v a="${med[auto]}" -v b="${med[$best]}" 'BEGIN { printf "%.2f", a / b }')
+    model=$(awk -v a="${med[model]}" -v b="${med[$best]}" 'BEGIN { printf "%.2f", a / b }')
     mark=""
     if awk -v r="$ratio" 'BEGIN { exit !(r > 1.10) }'; then
       mark=" MISS"
       misses=$((misses + 1))
     fi
-    printf ' %20s %12s %8s%s\n' "$chose" "$best" "$ratio" "$mark"
+    if awk -v r="$model" 'BEGIN { exit !(r > 1.10) }'; then
+      model_misses=$((model_misses + 1))
+    fi
+    printf ' %20s %12s %8s %11s%s\n' "$chose" "$best" "$ratio" "$model" "$mark"
     unset med
   done
 done
-echo "# times are median us per allreduce over $rounds runs; $misses cell(s) with auto > 1.10x the fastest"
+echo "# times are median us per allreduce over $rounds runs; $misses cell(s) with auto > 1.10x the fastest, $model_misses with model > 1.10x"
 echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -128,6 +128,15 @@ const std::vector<Entry>& table() {
       {{"GS_ALGO", "auto",
         "auto | ring | tree | halving_doubling | hierarchical | recursive_doubling"},
        [](Config& c, const std::string& v) { c.algo = v; }},
+      {{"GS_ALGO_TUNE", "crowded",
+        "GS_ALGO=auto: crowded | always | off: time the schedules the cost model prices close "
+        "on the first calls of each size and keep the fastest (crowded: only where a host's "
+        "ranks outnumber its cores)"},
+       [](Config& c, const std::string& v) {
+         GS_CHECK(v == "crowded" || v == "always" || v == "off", Errc::kInvalidArgument,
+                  "GS_ALGO_TUNE='%s' is unknown (crowded, always, off)", v.c_str());
+         c.algoTune = v;
+       }},
       {{"GS_REDUCE_ALGO", "auto", "reduce schedule: auto | chain | tree | linear"},
        [](Config& c, const std::string& v) {
          GS_CHECK(v == "auto" || v == "chain" || v == "tree" || v == "linear",

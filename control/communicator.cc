@@ -157,6 +157,8 @@ void Communicator::execute(const stream::CollectiveArgs& args, bool record) {
     }
     metrics_->beginCollective();
     engine_->run(withCodec);
+    if (args.kind == stream::CollectiveKind::kAllReduce)
+      tuner_.record(static_cast<int64_t>(engine_->lastStats().elapsedNs));
     if (engine_->lastStats().adaptive) {
       std::vector<stream::Link*> byPeer(links_.size(), nullptr);
       for (size_t p = 0; p < links_.size(); ++p)
@@ -285,22 +287,92 @@ void Communicator::agreeOnChunkSize() {
   // beyond what a receive slot holds.
   const int64_t slot = config_.chunkBytes;
   const int64_t proposal = controller_->proposedChunkBytes();
-  int64_t mine = proposal > 0 ? std::min(proposal, slot) : slot;
-  int64_t agreed = 0;
-  stream::CollectiveArgs a;
-  a.kind = stream::CollectiveKind::kAllReduce;
-  a.send = &mine;
-  a.recv = &agreed;
-  a.count = 1;
-  a.dtype = DataType::kInt64;
-  a.op = ReduceOp::kMin;
-  engine_->run(a);
-  agreed = std::max<int64_t>(agreed, 4096);
+  std::vector<int64_t> value{proposal > 0 ? std::min(proposal, slot) : slot};
+  agreeInternally(value, ReduceOp::kMin);
+  const int64_t agreed = std::max<int64_t>(value[0], 4096);
   if (agreed != engine_->chunkBytes()) {
     GS_LOG_INFO("rank %d: chunk size %lld -> %lld bytes (agreed by all ranks)", rank_,
                 static_cast<long long>(engine_->chunkBytes()), static_cast<long long>(agreed));
     engine_->setChunkBytes(agreed);
   }
+}
+
+void Communicator::agreeInternally(std::vector<int64_t>& values, ReduceOp op) {
+  stream::CollectiveArgs a;
+  a.kind = stream::CollectiveKind::kAllReduce;
+  a.send = values.data();
+  a.recv = values.data();
+  a.count = values.size();
+  a.dtype = DataType::kInt64;
+  a.op = op;
+  engine_->run(a);
+}
+
+bool Communicator::tuneHere() const {
+  if (config_.algoTune == "always")
+    return true;
+  if (config_.algoTune != "crowded")
+    return false;
+  // A crowded host whose ranks reach each other over the network. Where they share memory the
+  // trials mislead: measured on 2 cores over shm, the first calls of a size run 3-6x their
+  // steady time, alternating schedules slows each, and the tuned choice missed the fastest
+  // schedule in as many cells as the model alone (docs/PERFORMANCE.md §10). Decided from every
+  // rank's records (topology_, transports_), so every rank decides alike.
+  for (int h = 0; h < topology_.hosts(); ++h) {
+    const int cores = topology_.coresOn(h);
+    const std::vector<int>& ranks = topology_.ranksOn(h);
+    if (cores <= 0 || static_cast<int>(ranks.size()) <= cores)
+      continue;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      for (size_t j = i + 1; j < ranks.size(); ++j) {
+        if (!shmBetween(transports_[ranks[i]], transports_[ranks[j]]))
+          return true;
+      }
+    }
+  }
+  return false;
+}
+
+std::optional<stream::Algorithm> Communicator::tunedAlgorithm(
+    const stream::CollectiveArgs& args,
+    const std::vector<stream::Algorithm>& byCost,
+    const std::vector<double>& predicted) {
+  const size_t callBytes = args.count * elementSize(args.dtype);
+  // codec=auto's rungs differ per rank (see chooseAlgorithm); small calls: AlgorithmTuner.
+  if (args.adaptive || callBytes < AlgorithmTuner::kMinBytes || !tuneHere())
+    return std::nullopt;
+  const AlgorithmTuner::Key key{callBytes, args.codec};
+  if (auto done = tuner_.decided(key))
+    return done;
+  if (!tuner_.inTrial(key)) {
+    std::vector<stream::Algorithm> candidates;
+    for (size_t i = 0; i < byCost.size() && candidates.size() < AlgorithmTuner::kMaxCandidates;
+         ++i) {
+      if (predicted[i] <= predicted[0] * AlgorithmTuner::kCandidateFactor)
+        candidates.push_back(byCost[i]);
+    }
+    if (candidates.size() < 2)
+      return std::nullopt;  // the model is sure
+    tuner_.begin(key, std::move(candidates));
+  }
+  if (!tuner_.trialsDone(key))
+    return tuner_.nextTrial(key);
+  // Every rank reaches this call of this size after the same trials: agree, then decide alike.
+  std::vector<int64_t> words = tuner_.agreementVector(key);
+  agreeInternally(words, ReduceOp::kMax);
+  const AlgorithmTuner::Decision d = tuner_.decide(key, words);
+  if (!d.consistent) {
+    GS_LOG_WARN(
+        "rank %d: ranks tried different schedules for an allreduce of %zu bytes "
+        "(settings differ?); all run %s",
+        rank_, callBytes, stream::algorithmName(d.algorithm));
+  }
+  GS_LOG_INFO(
+      "allreduce of %zu bytes on %d ranks: measured %s (slowest rank, median of %d); "
+      "runs %s (cost model: %s)",
+      callBytes, nranks_, describeTrials(d).c_str(), AlgorithmTuner::kMeasuredRounds,
+      stream::algorithmName(d.algorithm), stream::algorithmName(byCost[0]));
+  return d.algorithm;
 }
 
 stream::Algorithm Communicator::chooseAlgorithm(const stream::CollectiveArgs& args) {
@@ -316,9 +388,7 @@ stream::Algorithm Communicator::chooseAlgorithm(const stream::CollectiveArgs& ar
   // The call's codec, which may be a gradient stream's over a raw communicator.
   model.codecRatio = wireRatio(args.codec);
   const double bytes = static_cast<double>(callBytes);
-  stream::Algorithm best = stream::Algorithm::kRing;
-  double bestTime = 0;
-  bool considered = false;
+  std::vector<std::pair<double, stream::Algorithm>> priced;
   for (stream::Algorithm a : algorithms_) {
     // codec=auto compresses because the network is the bottleneck, and only the ring and the
     // tree carry a codec on every hop (halving-doubling's doubling and hierarchical's host
@@ -326,12 +396,27 @@ stream::Algorithm Communicator::chooseAlgorithm(const stream::CollectiveArgs& ar
     // every rank must make alike; args.adaptive is the same everywhere.
     if (args.adaptive && a != stream::Algorithm::kRing && a != stream::Algorithm::kTree)
       continue;
-    const double t = stream::predictAllReduceSeconds(a, topology_, bytes, model);
-    if (!considered || t < bestTime) {
-      best = a;
-      bestTime = t;
-      considered = true;
-    }
+    priced.emplace_back(stream::predictAllReduceSeconds(a, topology_, bytes, model), a);
+  }
+  if (priced.empty())
+    return stream::Algorithm::kRing;
+  // Cheapest first; ties keep kAlgorithms' order.
+  std::stable_sort(priced.begin(), priced.end(),
+                   [](const auto& x, const auto& y) { return x.first < y.first; });
+  stream::Algorithm best = priced.front().second;
+  double bestTime = priced.front().first;
+  std::vector<stream::Algorithm> byCost;
+  std::vector<double> predicted;
+  for (const auto& [t, a] : priced) {
+    byCost.push_back(a);
+    predicted.push_back(t);
+  }
+  if (const auto tuned = tunedAlgorithm(args, byCost, predicted)) {
+    if (!tuner_.decided({callBytes, args.codec}))
+      return *tuned;  // a trial: not remembered
+    best = *tuned;
+    const auto at = std::find(byCost.begin(), byCost.end(), best);
+    bestTime = at != byCost.end() ? predicted[at - byCost.begin()] : 0;
   }
   if (best != lastChoice_) {
     GS_LOG_INFO("allreduce of %.0f bytes on %d ranks (%d hosts): algorithm %s (predicted %.1f us)",

@@ -20,6 +20,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "control/adaptive_controller.h"
+#include "control/algorithm_tuner.h"
 #include "control/device_staging.h"
 #include "control/last_collective.h"
 #include "control/link_transports.h"
@@ -292,6 +293,16 @@ class Communicator {
   /// whose result every rank then applies, so all cut the next collectives alike.
   void agreeOnChunkSize();
   uint64_t adaptiveCalls_ = 0;  // guarded by execMutex_
+  /// Runs a raw int64 allreduce of `values` in place on the engine, outside any request: every
+  /// rank must call it at the same point of its call sequence (the agreements above and the
+  /// tuner's). Holds execMutex_.
+  void agreeInternally(std::vector<int64_t>& values, ReduceOp op);
+  /// GS_ALGO_TUNE: the allreduce schedule measured among those the model prices close
+  /// (control/algorithm_tuner.h); nullopt where tuning does not apply to this call.
+  std::optional<stream::Algorithm> tunedAlgorithm(const stream::CollectiveArgs& args,
+                                                  const std::vector<stream::Algorithm>& byCost,
+                                                  const std::vector<double>& predicted);
+  bool tuneHere() const;  // GS_ALGO_TUNE for this communicator's topology and links
   void progressLoop();
   void checkUsable() const;
   void recordCollective(const stream::CollectiveArgs& args, double seconds);
@@ -333,6 +344,7 @@ class Communicator {
   static constexpr size_t kRememberedChoices = 16;
   std::array<AlgorithmChoice, kRememberedChoices> choices_{};  // guarded by execMutex_
   size_t nextChoice_ = 0;                                      // round-robin replacement
+  AlgorithmTuner tuner_;                                       // guarded by execMutex_
   // Declared in acquisition order: links and engine go before the devices they use, the engine
   // before the metrics it updates.
   std::unique_ptr<transport::Device> device_;     // the network transport

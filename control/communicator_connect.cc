@@ -54,6 +54,8 @@ PeerInfo ownRecord(const Config& config,
   mine.slots = config.slotsPerPeer;
   mine.codec = config.codec;
   mine.shmSmallBytes = config.shmSmallBytes;
+  mine.algo = config.algo;
+  mine.algoTune = config.algoTune;
   mine.address = device.address();
   if (shmDevice) {
     mine.shmAddress = shmDevice->address();

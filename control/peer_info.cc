@@ -10,8 +10,8 @@ namespace gs::control {
 namespace {
 constexpr uint32_t kPeerInfoMagic = 0x49505347;  // "GSPI"
 // 2: shmAddress after address. 3: shmSmallBytes after codec. 4: shmFreeBytes after shmAddress.
-// 5: cpuMask after shmFreeBytes.
-constexpr uint16_t kPeerInfoVersion = 5;
+// 5: cpuMask after shmFreeBytes. 6: algo and algoTune after shmSmallBytes.
+constexpr uint16_t kPeerInfoVersion = 6;
 constexpr size_t kMaxAddressBytes = 4096;
 constexpr size_t kMaxCpuMaskBytes = CPU_SETSIZE / 8;
 }  // namespace
@@ -27,6 +27,8 @@ std::vector<uint8_t> PeerInfo::serialize() const {
   w.put(slots);
   w.putString(codec);
   w.put(shmSmallBytes);
+  w.putString(algo);
+  w.putString(algoTune);
   w.putBytes(address);
   w.putBytes(shmAddress);
   w.put(shmFreeBytes);
@@ -51,6 +53,8 @@ PeerInfo PeerInfo::parse(std::span<const uint8_t> bytes, int rank) {
   p.slots = r.get<int64_t>();
   p.codec = r.getString(256);
   p.shmSmallBytes = r.get<int64_t>();
+  p.algo = r.getString(64);
+  p.algoTune = r.getString(64);
   // getBytes bounds each length (bytes from the network are untrusted).
   p.address = r.getBytes(kMaxAddressBytes);
   p.shmAddress = r.getBytes(kMaxAddressBytes);
@@ -95,6 +99,11 @@ void checkCompatible(const PeerInfo& mine, const PeerInfo& theirs, int myRank, i
   GS_CHECK(mine.codec == theirs.codec, Errc::kInvalidArgument,
            "rank %d uses codec '%s' but rank %d uses '%s'", myRank, mine.codec.c_str(), theirRank,
            theirs.codec.c_str());
+  GS_CHECK(mine.algo == theirs.algo && mine.algoTune == theirs.algoTune, Errc::kInvalidArgument,
+           "rank %d uses GS_ALGO=%s GS_ALGO_TUNE=%s but rank %d uses GS_ALGO=%s GS_ALGO_TUNE=%s "
+           "(set them alike on all ranks)",
+           myRank, mine.algo.c_str(), mine.algoTune.c_str(), theirRank, theirs.algo.c_str(),
+           theirs.algoTune.c_str());
   // Two ranks with shm take the mailbox path for the same calls only with the same bound.
   GS_CHECK(mine.shmAddress.empty() || theirs.shmAddress.empty() ||
                mine.shmSmallBytes == theirs.shmSmallBytes,

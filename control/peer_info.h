@@ -21,6 +21,8 @@ struct PeerInfo {
   int64_t chunkBytes = 0;
   int64_t slots = 0;
   std::string codec;
+  std::string algo;                 // GS_ALGO: must match (ranks run one schedule per call)
+  std::string algoTune;             // GS_ALGO_TUNE: must match (tuning runs agreement calls)
   int64_t shmSmallBytes = 0;        // GS_SHM_SMALL_BYTES: must match between ranks with shm
   std::vector<uint8_t> address;     // network transport blob
   std::vector<uint8_t> shmAddress;  // shm device blob; empty: no shm device on this rank

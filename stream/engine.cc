@@ -305,7 +305,7 @@ void Engine::registerOnLinkDevices(Prepared& p) {
   for (transport::Device* device : devices_) {
     if (device == &device_)
       continue;
-    std::unique_ptr<transport::MemoryRegion> send, recv;
+    std::shared_ptr<transport::MemoryRegion> send, recv;
     for (auto& lr : p.links) {
       if (&lr.link->device() != device)
         continue;
@@ -321,9 +321,9 @@ void Engine::registerOnLinkDevices(Prepared& p) {
       }
     }
     if (send)
-      p.otherRegions.push_back(std::move(send));
+      p.otherRegions.push_back({device, std::move(send)});
     if (recv)
-      p.otherRegions.push_back(std::move(recv));
+      p.otherRegions.push_back({device, std::move(recv)});
   }
 }
 

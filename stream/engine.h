@@ -309,8 +309,9 @@ class Engine {
   };
   std::vector<UserBuffer> userBuffers_;  // keepUserBuffer
   uint64_t bufferRegistrations_ = 0, bufferRegisteredBytes_ = 0;
-  /// Registers a caller's buffer with device, counting it.
-  std::unique_ptr<transport::MemoryRegion> registerUserMemory(transport::Device& device,
+  /// Registers a caller's buffer with device, counting it, unless a kept plan holds a
+  /// registration of exactly that range with device already: then that one is shared.
+  std::shared_ptr<transport::MemoryRegion> registerUserMemory(transport::Device& device,
                                                               void* data,
                                                               size_t bytes);
   /// Whether every buffer range of p lies inside a range kept by keepUserBuffer.

@@ -22,10 +22,27 @@ Range rangeOf(const transport::MemoryRegion* r) {
 
 }  // namespace
 
-std::unique_ptr<transport::MemoryRegion> Engine::registerUserMemory(transport::Device& device,
+std::shared_ptr<transport::MemoryRegion> Engine::registerUserMemory(transport::Device& device,
                                                                     void* data,
                                                                     size_t bytes) {
-  auto region = device.registerMemory(data, bytes);
+  // Plans over one buffer differ by schedule (the candidates GS_ALGO_TUNE measures) or codec;
+  // each registering it anew would pin its pages again on verbs and break "registered once".
+  auto same = [&](const std::shared_ptr<transport::MemoryRegion>& r) {
+    return r != nullptr && r->data() == data && r->size() == bytes;
+  };
+  for (const auto& p : prepared_) {
+    if (&device == &device_) {
+      for (const auto* r : {&p->sendRegion, &p->recvRegion}) {
+        if (same(*r))
+          return *r;
+      }
+    }
+    for (const auto& other : p->otherRegions) {
+      if (other.device == &device && same(other.region))
+        return other.region;
+    }
+  }
+  std::shared_ptr<transport::MemoryRegion> region = device.registerMemory(data, bytes);
   ++bufferRegistrations_;
   bufferRegisteredBytes_ += bytes;
   return region;

@@ -419,8 +419,14 @@ struct Engine::MessageRun : Engine::MessageRunLists {
 struct Engine::Prepared {
   CollectiveArgs key;
   Schedule schedule;
-  std::unique_ptr<transport::MemoryRegion> sendRegion, recvRegion;
-  std::vector<std::unique_ptr<transport::MemoryRegion>> otherRegions;  // see registerOnLinkDevices
+  // Registrations of the caller's buffers with the primary device, shared with other plans over
+  // the same buffers (the schedules GS_ALGO_TUNE tries, say): see Engine::registerUserMemory.
+  std::shared_ptr<transport::MemoryRegion> sendRegion, recvRegion;
+  struct DeviceRegion {
+    transport::Device* device;
+    std::shared_ptr<transport::MemoryRegion> region;
+  };
+  std::vector<DeviceRegion> otherRegions;  // see registerOnLinkDevices
   Plan plan;
   std::vector<Run::LinkRun> links;
   uint64_t lastUse = 0;

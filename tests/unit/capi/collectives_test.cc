@@ -1,12 +1,16 @@
 // Every collective, dtype and op with odd sizes, N ranks as threads over the loopback, tcp and
 // shm transports (shm: rank_threads.h; needs the shm backend, fails where it cannot open),
 // checked element by element against a reference computed here.
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <set>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -14,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include "control/algorithm_tuner.h"
 #include "format/half.h"
 #include "gradstream/gradstream.h"
 #include "tools/support/dtype_elements.h"
@@ -191,6 +196,110 @@ TEST(AutoAlgorithm, EachSizeKeepsItsOwnChoiceWhenSizesAlternate) {
       EXPECT_EQ(seen[r][k], seen[0][k]) << "rank " << r << " call " << k;
     }
   }
+}
+
+// GS_ALGO_TUNE (control/algorithm_tuner.h), through real communicators: the first calls of a
+// size try the schedules the model prices close, the same one on every rank at every call, then
+// every rank keeps one and the same; results stay exact throughout. "always" tunes whatever the
+// machine's cores (the default, "crowded", only where ranks outnumber them over the network);
+// "off" never.
+std::vector<std::vector<std::string>> algorithmsPerCall(int n,
+                                                        const char* tune,
+                                                        int calls,
+                                                        const char* transport = "loopback") {
+  ScopedEnv env("GS_ALGO_TUNE", tune);
+  RankOptions o;
+  o.transport = transport;
+  std::vector<std::vector<std::string>> seen(n);
+  Failures f;
+  runRanks(n, o, [&](int rank, gs_comm_t comm) {
+    std::vector<float> buf(size_t{64} << 10);  // 256 KiB: schedules the model prices close
+    for (int call = 0; call < calls; ++call) {
+      for (size_t i = 0; i < buf.size(); ++i)
+        buf[i] = static_cast<float>((i % 7) + rank + call);
+      if (gs_allreduce(buf.data(), buf.data(), buf.size(), GS_FLOAT32, GS_SUM, comm, nullptr) !=
+          GS_OK)
+        return f.add(std::string("allreduce: ") + gs_last_error());
+      for (size_t i = 0; i < buf.size(); ++i) {
+        const float want = static_cast<float>(n * ((i % 7) + call) + n * (n - 1) / 2);
+        if (buf[i] != want)
+          return f.add("call " + std::to_string(call) + ": element " + std::to_string(i) + " is " +
+                       std::to_string(buf[i]) + ", want " + std::to_string(want));
+      }
+      gs_comm_stats_t st;
+      memset(&st, 0, sizeof(st));
+      st.struct_size = sizeof(st);
+      if (gs_comm_stats(comm, &st) != GS_OK)
+        return f.add(std::string("stats: ") + gs_last_error());
+      seen[rank].push_back(st.last_algorithm);
+    }
+  });
+  EXPECT_TRUE(f.list.empty()) << f.list.front();
+  return seen;
+}
+
+TEST(AutoAlgorithm, TuningTriesTheCloseSchedulesThenEveryRankKeepsTheSameOne) {
+  const int n = 4, calls = 30;
+  const auto seen = algorithmsPerCall(n, "always", calls);
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(seen[r].size(), static_cast<size_t>(calls)) << "rank " << r;
+    for (int k = 0; k < calls; ++k)
+      EXPECT_EQ(seen[r][k], seen[0][k]) << "rank " << r << " call " << k;
+  }
+  // Trials: at most kMaxCandidates x (kWarmUpRounds + kMeasuredRounds) calls, in rounds over
+  // 2 or more candidates.
+  using gs::control::AlgorithmTuner;
+  const size_t trials = AlgorithmTuner::kMaxCandidates *
+                        (AlgorithmTuner::kWarmUpRounds + AlgorithmTuner::kMeasuredRounds);
+  std::set<std::string> tried(seen[0].begin(), seen[0].begin() + 2);
+  EXPECT_EQ(tried.size(), 2u) << "the first two calls ran the same schedule: nothing was tried";
+  for (size_t k = trials; k < static_cast<size_t>(calls); ++k)
+    EXPECT_EQ(seen[0][k], seen[0][trials]) << "call " << k << " after the decision";
+  const auto off = algorithmsPerCall(n, "off", 8);
+  for (size_t k = 1; k < off[0].size(); ++k)
+    EXPECT_EQ(off[0][k], off[0][0]) << "GS_ALGO_TUNE=off changed schedule at call " << k;
+}
+
+// The rank threads inherit this thread's CPU mask: held to one CPU, 4 ranks crowd it on any
+// machine (each rank reports the CPUs it may use; the host's union is what the model counts).
+class OneCpuForNewThreads {
+ public:
+  OneCpuForNewThreads() {
+    ok_ = sched_getaffinity(0, sizeof(old_), &old_) == 0;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE && ok_; ++c) {
+      if (CPU_ISSET(c, &old_)) {
+        CPU_SET(c, &one);
+        ok_ = sched_setaffinity(0, sizeof(one), &one) == 0;
+        break;
+      }
+    }
+  }
+  ~OneCpuForNewThreads() {
+    if (ok_)
+      sched_setaffinity(0, sizeof(old_), &old_);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  cpu_set_t old_;
+  bool ok_ = false;
+};
+
+// GS_ALGO_TUNE's default, "crowded": ranks outnumbering their host's cores are tuned where
+// they reach each other over the network, and not over shared memory, where the trials were
+// measured to mislead (Communicator::tuneHere).
+TEST(AutoAlgorithm, CrowdedRanksAreTunedOverTheNetworkButNotOverShm) {
+  OneCpuForNewThreads oneCpu;
+  ASSERT_TRUE(oneCpu.ok()) << "could not hold the test to one CPU";
+  const auto network = algorithmsPerCall(4, "crowded", 3, "tcp");
+  ASSERT_EQ(network[0].size(), 3u);
+  EXPECT_NE(network[0][0], network[0][1]) << "4 ranks on one CPU over tcp were not tuned";
+  const auto shm = algorithmsPerCall(4, "crowded", 8, "shm");
+  ASSERT_EQ(shm[0].size(), 8u);
+  for (size_t k = 1; k < shm[0].size(); ++k)
+    EXPECT_EQ(shm[0][k], shm[0][0]) << "4 ranks on one CPU over shm changed schedule at call " << k;
 }
 
 // The issue-order gate (Communicator::run): a blocking call takes it with one compare-and-swap

@@ -3,6 +3,7 @@
 // Runs N ranks as threads of this process through the public C API (the Gloo BaseTest::spawn
 // pattern): a real rendezvous on 127.0.0.1, then the transport under test.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -126,5 +127,29 @@ inline void runRanks(int nranks,
   for (int r = 0; r < nranks; ++r)
     EXPECT_EQ(errors[r], "") << "rank " << r << " failed to init";
 }
+
+/// Sets an environment variable (a GS_* setting read when communicators are made) for its
+/// lifetime, then restores what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = getenv(name);
+    had_ = old != nullptr;
+    if (had_)
+      old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_, old_.c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
 
 }  // namespace gs::testing

@@ -3,6 +3,7 @@
 // buffers stay exact; their registrations are made once and kept (the count in gs_comm_stats
 // stops growing); deregistering drops the plans that held them (the next call registers
 // again); bad handles and arguments are clear errors.
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -74,6 +75,56 @@ TEST_P(Registration, RegisteredBuffersKeepTheirRegistrationsUntilDeregistered) {
       f.add(me + "a second deregister of one handle was accepted");
     if (gs_comm_deregister(comm, hs) != GS_OK)
       f.add(me + "deregister send: " + gs_last_error());
+  });
+  EXPECT_TRUE(f.list.empty()) << ::testing::PrintToString(f.list);
+}
+
+// GS_ALGO_TUNE's first calls of a size run a different schedule each (a plan each): the plans
+// share the registrations of the one pair of buffers instead of each registering them again.
+TEST(RegistrationWhileTuning, TheScheduleTrialsShareOneRegistrationOfEachBuffer) {
+  ScopedEnv tune("GS_ALGO_TUNE", "always");
+  constexpr int kRanks = 4;
+  constexpr size_t kCount = 64 * 1024;  // 256 KiB: tuned, with several close schedules at N=4
+  Failures f;
+  runRanks(kRanks, RankOptions{}, [&](int rank, gs_comm_t comm) {
+    const std::string me = "rank " + std::to_string(rank) + ": ";
+    std::vector<float> send(kCount, 1.0f), recv(kCount);
+    void* hs = nullptr;
+    void* hr = nullptr;
+    if (gs_comm_register(comm, send.data(), kCount * 4, &hs) != GS_OK ||
+        gs_comm_register(comm, recv.data(), kCount * 4, &hr) != GS_OK) {
+      f.add(me + "register: " + gs_last_error());
+      return;
+    }
+    uint64_t first = 0;
+    std::vector<std::string> schedules;
+    for (int call = 0; call < 12; ++call) {
+      if (gs_allreduce(send.data(), recv.data(), kCount, GS_FLOAT32, GS_SUM, comm, nullptr) !=
+          GS_OK) {
+        f.add(me + "allreduce: " + gs_last_error());
+        return;
+      }
+      if (recv[kCount - 1] != static_cast<float>(kRanks)) {
+        f.add(me + "call " + std::to_string(call) + " gave " + std::to_string(recv[kCount - 1]));
+        return;
+      }
+      gs_comm_stats_t st;
+      memset(&st, 0, sizeof(st));
+      st.struct_size = sizeof(st);
+      gs_comm_stats(comm, &st);
+      if (std::find(schedules.begin(), schedules.end(), st.last_algorithm) == schedules.end())
+        schedules.emplace_back(st.last_algorithm);
+      if (call == 0)
+        first = st.buffer_registrations;
+      else if (st.buffer_registrations != first)
+        f.add(me + "call " + std::to_string(call) + " (" + st.last_algorithm +
+              ") registered again: " + std::to_string(first) + " -> " +
+              std::to_string(st.buffer_registrations));
+    }
+    if (schedules.size() < 2)
+      f.add(me + "the trials ran only " + schedules.front() + ": nothing shared was tested");
+    gs_comm_deregister(comm, hr);
+    gs_comm_deregister(comm, hs);
   });
   EXPECT_TRUE(f.list.empty()) << ::testing::PrintToString(f.list);
 }

@@ -22,6 +22,8 @@ PeerInfo sample() {
   p.slots = 8;
   p.codec = "raw";
   p.shmSmallBytes = 16384;
+  p.algo = "auto";
+  p.algoTune = "crowded";
   p.address = {1, 2, 3};
   p.shmAddress = std::vector<uint8_t>(96, 0xab);
   p.cpuMask = {0x0f, 0x00, 0x01};  // CPUs 0-3 and 16
@@ -32,7 +34,8 @@ PeerInfo sample() {
 // each string or blob as a u32 length and its bytes.
 size_t shmLengthOffset(const PeerInfo& p) {
   return 4 + 2 + (4 + p.hostname.size()) + 4 + (4 + p.transport.size()) + 8 + 8 +
-         (4 + p.codec.size()) + 8 + (4 + p.address.size());
+         (4 + p.codec.size()) + 8 + (4 + p.algo.size()) + (4 + p.algoTune.size()) +
+         (4 + p.address.size());
 }
 
 TEST(PeerInfo, RoundTripsWithAndWithoutShmAddress) {
@@ -45,6 +48,8 @@ TEST(PeerInfo, RoundTripsWithAndWithoutShmAddress) {
     EXPECT_EQ(q.pid, p.pid);
     EXPECT_EQ(q.transport, p.transport);
     EXPECT_EQ(q.shmSmallBytes, p.shmSmallBytes);
+    EXPECT_EQ(q.algo, p.algo);
+    EXPECT_EQ(q.algoTune, p.algoTune);
     EXPECT_EQ(q.address, p.address);
     EXPECT_EQ(q.shmAddress, p.shmAddress);
     EXPECT_EQ(q.cpuMask, p.cpuMask);
@@ -116,6 +121,24 @@ TEST(PeerInfo, ShmSmallBytesMustMatchBetweenRanksWithShm) {
   }
   b.shmAddress.clear();
   EXPECT_NO_THROW(checkCompatible(a, b, 0, 1));
+}
+
+// Ranks run one schedule per call, and GS_ALGO_TUNE's trials and agreements at the same calls:
+// both settings must match, named in the error.
+TEST(PeerInfo, AlgorithmSettingsMustMatch) {
+  for (int which = 0; which < 2; ++which) {
+    PeerInfo a = sample(), b = sample();
+    (which == 0 ? b.algo : b.algoTune) = which == 0 ? "ring" : "off";
+    try {
+      checkCompatible(a, b, 2, 3);
+      ADD_FAILURE() << "different algorithm settings accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::kInvalidArgument);
+      const std::string want = which == 0 ? "rank 3 uses GS_ALGO=ring GS_ALGO_TUNE=crowded"
+                                          : "rank 3 uses GS_ALGO=auto GS_ALGO_TUNE=off";
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
