@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -66,24 +67,37 @@ class Device {
                                               std::span<const uint8_t> peerAddress,
                                               Deadline deadline) = 0;
 
+  /// Which connections' news may end a wait: every one, or those listed.
+  struct Watched {
+    std::span<const Connection* const> list;
+    bool all = true;
+    bool operator()(const Connection* c) const {
+      return all || std::find(list.begin(), list.end(), c) != list.end();
+    }
+  };
+
   /// Blocks until some connection of this device may have progress to make, interrupt() is
   /// called, or maxWait passes. Spurious returns are allowed.
-  virtual void waitForActivity(std::chrono::microseconds maxWait) = 0;
+  void waitForActivity(std::chrono::microseconds maxWait) { wait(maxWait, Watched{}); }
 
   /// Like waitForActivity(), but only news on `watched` (or interrupt()) ends the wait early.
   /// For a caller that can progress on those connections alone (a collective waiting on its
   /// own links): news it will not read until a later call (a credit return on a link the next
   /// schedules do not use) would otherwise end every wait at once, and the rank that should
   /// sleep spins, taking the core from the peer it waits for where ranks outnumber cores.
-  /// The default waits for any connection (spurious returns are allowed).
-  virtual void waitForActivityOn(std::chrono::microseconds maxWait,
-                                 std::span<const Connection* const> watched) {
-    (void)watched;
-    waitForActivity(maxWait);
+  void waitForActivityOn(std::chrono::microseconds maxWait,
+                         std::span<const Connection* const> watched) {
+    wait(maxWait, Watched{watched, false});
   }
 
   /// Wakes a thread blocked in waitForActivity(). Callable from any thread.
   virtual void interrupt() = 0;
+
+ protected:
+  /// Both waits. A backend whose news is level-triggered (a readable socket, a queued item)
+  /// must look at the connections `watched` accepts only; one that wakes once per event
+  /// (loopback's flag) may ignore it.
+  virtual void wait(std::chrono::microseconds maxWait, const Watched& watched) = 0;
 };
 
 /// Opens the named backend ("tcp", "loopback"). Throws kUnsupported for a backend not built in

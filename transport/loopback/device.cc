@@ -177,7 +177,9 @@ std::unique_ptr<transport::Connection> Device::connect(int peer,
   return std::make_unique<Connection>(std::move(link), mySide);
 }
 
-void Device::waitForActivity(std::chrono::microseconds maxWait) {
+// One flag for every connection, cleared by the wake-up it causes: news never ends more than
+// one wait, so which connections are watched does not matter.
+void Device::wait(std::chrono::microseconds maxWait, const Watched&) {
   activity_->wait(maxWait);
 }
 

@@ -25,10 +25,10 @@ class Device final : public transport::Device {
   std::unique_ptr<transport::Connection> connect(int peer,
                                                  std::span<const uint8_t> peerAddress,
                                                  Deadline deadline) override;
-  void waitForActivity(std::chrono::microseconds maxWait) override;
   void interrupt() override;
 
  private:
+  void wait(std::chrono::microseconds maxWait, const Watched& watched) override;
   int rank_;
   int nranks_;
   uint64_t fabricId_;

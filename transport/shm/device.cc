@@ -330,34 +330,22 @@ std::unique_ptr<transport::Connection> Device::connect(int peer,
   return std::make_unique<Connection>(*this, std::move(setup));
 }
 
-template <typename Watch>
-void Device::waitOn(std::chrono::microseconds maxWait, Watch watch) {
+void Device::wait(std::chrono::microseconds maxWait, const Watched& watched) {
   ControlBlock& c = control();
   const uint32_t seen = prepareToSleep(c);
   bool news = interrupted_.exchange(false);
   if (!news) {
     std::lock_guard lock(connectionsMutex_);
+    // A queue holding work for a later call keeps its news: unwatched, it is not looked at
+    // (transport::Device::waitForActivityOn). A peer's ring still wakes this device.
     for (const Connection* connection : connections_) {
-      if (watch(connection) && connection->hasNews()) {
+      if (watched(connection) && connection->hasNews()) {
         news = true;
         break;
       }
     }
   }
   sleepUntilRung(c, seen, maxWait, news);
-}
-
-void Device::waitForActivity(std::chrono::microseconds maxWait) {
-  waitOn(maxWait, [](const Connection*) { return true; });
-}
-
-void Device::waitForActivityOn(std::chrono::microseconds maxWait,
-                               std::span<const transport::Connection* const> watched) {
-  // A queue holding work for a later call keeps its news: looked at, it would end every wait
-  // at once (transport::Device::waitForActivityOn). A peer's ring still wakes this device.
-  waitOn(maxWait, [&](const Connection* c) {
-    return std::find(watched.begin(), watched.end(), c) != watched.end();
-  });
 }
 
 void Device::interrupt() {

@@ -46,9 +46,6 @@ class Device final : public transport::Device {
   std::unique_ptr<transport::Connection> connect(int peer,
                                                  std::span<const uint8_t> peerAddress,
                                                  Deadline deadline) override;
-  void waitForActivity(std::chrono::microseconds maxWait) override;
-  void waitForActivityOn(std::chrono::microseconds maxWait,
-                         std::span<const transport::Connection* const> watched) override;
   void interrupt() override;
 
   /// Connections add and remove themselves so waitForActivity() can look at their queues.
@@ -57,9 +54,7 @@ class Device final : public transport::Device {
 
  private:
   ControlBlock& control() const;
-  // Sleeps unless interrupted or a connection `watch` accepts has news, until rung or maxWait.
-  template <typename Watch>
-  void waitOn(std::chrono::microseconds maxWait, Watch watch);
+  void wait(std::chrono::microseconds maxWait, const Watched& watched) override;
 
   int rank_;
   int nranks_;

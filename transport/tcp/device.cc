@@ -95,32 +95,20 @@ void Device::detach(Connection* connection) {
                      connections_.end());
 }
 
-template <typename Watch>
-void Device::waitOn(std::chrono::microseconds maxWait, Watch watch) {
+void Device::wait(std::chrono::microseconds maxWait, const Watched& watched) {
   pollFds_.clear();
   pollFds_.push_back(wakeup_.pollFd());
   {
     std::lock_guard lock(connectionsMutex_);
+    // Unwatched sockets stay out: one holding bytes for a later call stays readable and would
+    // end every wait at once (transport::Device::waitForActivityOn).
     for (Connection* c : connections_) {
-      if (watch(c))
+      if (watched(c))
         c->appendPollFds(pollFds_);
     }
   }
   if (pollFor(pollFds_, maxWait) > 0 && (pollFds_[0].revents & POLLIN))
     wakeup_.drain();
-}
-
-void Device::waitForActivity(std::chrono::microseconds maxWait) {
-  waitOn(maxWait, [](const Connection*) { return true; });
-}
-
-void Device::waitForActivityOn(std::chrono::microseconds maxWait,
-                               std::span<const transport::Connection* const> watched) {
-  // A socket with unread bytes for a later call stays readable: polled, it would end every
-  // wait at once (transport::Device::waitForActivityOn).
-  waitOn(maxWait, [&](const Connection* c) {
-    return std::find(watched.begin(), watched.end(), c) != watched.end();
-  });
 }
 
 void Device::interrupt() {

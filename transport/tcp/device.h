@@ -37,9 +37,6 @@ class Device final : public transport::Device {
   std::unique_ptr<transport::Connection> connect(int peer,
                                                  std::span<const uint8_t> peerAddress,
                                                  Deadline deadline) override;
-  void waitForActivity(std::chrono::microseconds maxWait) override;
-  void waitForActivityOn(std::chrono::microseconds maxWait,
-                         std::span<const transport::Connection* const> watched) override;
   void interrupt() override;
 
   /// Connections add and remove themselves so waitForActivity() can poll their sockets.
@@ -55,9 +52,7 @@ class Device final : public transport::Device {
   std::mutex connectionsMutex_;
   std::vector<Connection*> connections_;
   std::vector<pollfd> pollFds_;  // reused by waitForActivity
-  // Polls the wake-up fd and the sockets of the connections `watch` accepts.
-  template <typename Watch>
-  void waitOn(std::chrono::microseconds maxWait, Watch watch);
+  void wait(std::chrono::microseconds maxWait, const Watched& watched) override;
 };
 
 }  // namespace gs::transport::tcp

@@ -316,8 +316,7 @@ void Device::serviceAsyncEvents() noexcept {
   }
 }
 
-template <typename Watch>
-void Device::waitOn(std::chrono::microseconds maxWait, Watch watch) {
+void Device::wait(std::chrono::microseconds maxWait, const Watched& watched) {
   pollFds_.clear();
   pollFds_.push_back(wakeup_.pollFd());
   pollFds_.push_back(pollfd{channel_->fd, POLLIN, 0});
@@ -327,9 +326,11 @@ void Device::waitOn(std::chrono::microseconds maxWait, Watch watch) {
     // Arm, then look once more: a completion that arrived before arming raises no event.
     for (Connection* c : connections_)
       c->armCompletionEvents();
+    // Every connection drains (its receives go back), but completions queued for a later call
+    // count only where watched (transport::Device::waitForActivityOn).
     bool news = false;
     for (Connection* c : connections_)
-      news |= c->drain() && watch(c);
+      news |= c->drain() && watched(c);
     if (news)
       return;
     for (Connection* c : connections_)
@@ -351,19 +352,6 @@ void Device::waitOn(std::chrono::microseconds maxWait, Watch watch) {
     for (Connection* c : connections_)
       c->checkSide();
   }
-}
-
-void Device::waitForActivity(std::chrono::microseconds maxWait) {
-  waitOn(maxWait, [](const Connection*) { return true; });
-}
-
-void Device::waitForActivityOn(std::chrono::microseconds maxWait,
-                               std::span<const transport::Connection* const> watched) {
-  // Completions drained for a later call stay queued on their connection: counted, they would
-  // end every wait at once (transport::Device::waitForActivityOn).
-  waitOn(maxWait, [&](const Connection* c) {
-    return std::find(watched.begin(), watched.end(), c) != watched.end();
-  });
 }
 
 void Device::interrupt() {

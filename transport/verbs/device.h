@@ -40,9 +40,6 @@ class Device final : public transport::Device {
   std::unique_ptr<transport::Connection> connect(int peer,
                                                  std::span<const uint8_t> peerAddress,
                                                  Deadline deadline) override;
-  void waitForActivity(std::chrono::microseconds maxWait) override;
-  void waitForActivityOn(std::chrono::microseconds maxWait,
-                         std::span<const transport::Connection* const> watched) override;
   void interrupt() override;
 
   // For connections.
@@ -87,9 +84,7 @@ class Device final : public transport::Device {
   std::recursive_mutex connectionsMutex_;
   std::vector<Connection*> connections_;
   std::vector<pollfd> pollFds_;  // reused by waitForActivity
-  // Drains every connection, returns if one `watch` accepts has news, else polls the fds.
-  template <typename Watch>
-  void waitOn(std::chrono::microseconds maxWait, Watch watch);
+  void wait(std::chrono::microseconds maxWait, const Watched& watched) override;
   std::map<int, Passive> passive_;
 };
 

@@ -23,6 +23,21 @@ uint64_t registrations(gs_comm_t comm) {
   return gs_comm_stats(comm, &st) == GS_OK ? st.buffer_registrations : ~uint64_t{0};
 }
 
+// Registers a send and a receive buffer; false (a failure added) when either is refused.
+bool registerBoth(gs_comm_t comm,
+                  std::vector<float>& send,
+                  std::vector<float>& recv,
+                  void** hs,
+                  void** hr,
+                  Failures& f,
+                  const std::string& me) {
+  if (gs_comm_register(comm, send.data(), send.size() * 4, hs) == GS_OK &&
+      gs_comm_register(comm, recv.data(), recv.size() * 4, hr) == GS_OK)
+    return true;
+  f.add(me + "register: " + gs_last_error());
+  return false;
+}
+
 class Registration : public TransportRanksTest {};
 
 TEST_P(Registration, RegisteredBuffersKeepTheirRegistrationsUntilDeregistered) {
@@ -34,11 +49,8 @@ TEST_P(Registration, RegisteredBuffersKeepTheirRegistrationsUntilDeregistered) {
     std::vector<float> send(kCount), recv(kCount);
     void* hs = nullptr;
     void* hr = nullptr;
-    if (gs_comm_register(comm, send.data(), kCount * 4, &hs) != GS_OK ||
-        gs_comm_register(comm, recv.data(), kCount * 4, &hr) != GS_OK) {
-      f.add(me + "register: " + gs_last_error());
+    if (!registerBoth(comm, send, recv, &hs, &hr, f, me))
       return;
-    }
     auto allreduce = [&](int round) {
       for (size_t i = 0; i < kCount; ++i)
         send[i] = static_cast<float>((i + static_cast<size_t>(rank) + round) % 7);
@@ -91,11 +103,8 @@ TEST(RegistrationWhileTuning, TheScheduleTrialsShareOneRegistrationOfEachBuffer)
     std::vector<float> send(kCount, 1.0f), recv(kCount);
     void* hs = nullptr;
     void* hr = nullptr;
-    if (gs_comm_register(comm, send.data(), kCount * 4, &hs) != GS_OK ||
-        gs_comm_register(comm, recv.data(), kCount * 4, &hr) != GS_OK) {
-      f.add(me + "register: " + gs_last_error());
+    if (!registerBoth(comm, send, recv, &hs, &hr, f, me))
       return;
-    }
     uint64_t first = 0;
     std::vector<std::string> schedules;
     for (int call = 0; call < 12; ++call) {
