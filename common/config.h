@@ -44,7 +44,8 @@ struct Config {
   // auto | ring | tree | halving_doubling | hierarchical | recursive_doubling
   std::string algo = "auto";
   // auto, measured (control/algorithm_tuner.h): crowded (where a host's ranks outnumber its
-  // cores) | always | off (GS_ALGO_TUNE; environment only; alike on every rank)
+  // cores and reach each other over the network) | always | off (GS_ALGO_TUNE; environment
+  // only; alike on every rank)
   std::string algoTune = "crowded";
   // reduce: auto (cost model) | chain | tree | linear (GS_REDUCE_ALGO; environment only)
   std::string reduceAlgo = "auto";

@@ -308,11 +308,14 @@ void Communicator::agreeInternally(std::vector<int64_t>& values, ReduceOp op) {
   engine_->run(a);
 }
 
-bool Communicator::tuneHere() const {
-  if (config_.algoTune == "always")
-    return true;
-  if (config_.algoTune != "crowded")
-    return false;
+bool Communicator::tuneHere() {
+  if (!tuneHere_)
+    tuneHere_ =
+        config_.algoTune == "always" || (config_.algoTune == "crowded" && crowdedOverNetwork());
+  return *tuneHere_;
+}
+
+bool Communicator::crowdedOverNetwork() const {
   // A crowded host whose ranks reach each other over the network. Where they share memory the
   // trials mislead: measured on 2 cores over shm, the first calls of a size run 3-6x their
   // steady time, alternating schedules slows each, and the tuned choice missed the fastest
@@ -333,30 +336,28 @@ bool Communicator::tuneHere() const {
   return false;
 }
 
-std::optional<stream::Algorithm> Communicator::tunedAlgorithm(
-    const stream::CollectiveArgs& args,
-    const std::vector<stream::Algorithm>& byCost,
-    const std::vector<double>& predicted) {
+std::optional<Communicator::TunedChoice> Communicator::tunedAlgorithm(
+    const stream::CollectiveArgs& args, const PricedAlgorithms& priced) {
   const size_t callBytes = args.count * elementSize(args.dtype);
   // codec=auto's rungs differ per rank (see chooseAlgorithm); small calls: AlgorithmTuner.
   if (args.adaptive || callBytes < AlgorithmTuner::kMinBytes || !tuneHere())
     return std::nullopt;
   const AlgorithmTuner::Key key{callBytes, args.codec};
   if (auto done = tuner_.decided(key))
-    return done;
+    return TunedChoice{*done, false};
   if (!tuner_.inTrial(key)) {
     std::vector<stream::Algorithm> candidates;
-    for (size_t i = 0; i < byCost.size() && candidates.size() < AlgorithmTuner::kMaxCandidates;
-         ++i) {
-      if (predicted[i] <= predicted[0] * AlgorithmTuner::kCandidateFactor)
-        candidates.push_back(byCost[i]);
+    for (const auto& [seconds, algorithm] : priced) {
+      if (candidates.size() < AlgorithmTuner::kMaxCandidates &&
+          seconds <= priced.front().first * AlgorithmTuner::kCandidateFactor)
+        candidates.push_back(algorithm);
     }
     if (candidates.size() < 2)
       return std::nullopt;  // the model is sure
     tuner_.begin(key, std::move(candidates));
   }
   if (!tuner_.trialsDone(key))
-    return tuner_.nextTrial(key);
+    return TunedChoice{tuner_.nextTrial(key), true};
   // Every rank reaches this call of this size after the same trials: agree, then decide alike.
   std::vector<int64_t> words = tuner_.agreementVector(key);
   agreeInternally(words, ReduceOp::kMax);
@@ -371,8 +372,8 @@ std::optional<stream::Algorithm> Communicator::tunedAlgorithm(
       "allreduce of %zu bytes on %d ranks: measured %s (slowest rank, median of %d); "
       "runs %s (cost model: %s)",
       callBytes, nranks_, describeTrials(d).c_str(), AlgorithmTuner::kMeasuredRounds,
-      stream::algorithmName(d.algorithm), stream::algorithmName(byCost[0]));
-  return d.algorithm;
+      stream::algorithmName(d.algorithm), stream::algorithmName(priced.front().second));
+  return TunedChoice{d.algorithm, false};
 }
 
 stream::Algorithm Communicator::chooseAlgorithm(const stream::CollectiveArgs& args) {
@@ -388,7 +389,7 @@ stream::Algorithm Communicator::chooseAlgorithm(const stream::CollectiveArgs& ar
   // The call's codec, which may be a gradient stream's over a raw communicator.
   model.codecRatio = wireRatio(args.codec);
   const double bytes = static_cast<double>(callBytes);
-  std::vector<std::pair<double, stream::Algorithm>> priced;
+  PricedAlgorithms priced;
   for (stream::Algorithm a : algorithms_) {
     // codec=auto compresses because the network is the bottleneck, and only the ring and the
     // tree carry a codec on every hop (halving-doubling's doubling and hierarchical's host
@@ -405,18 +406,14 @@ stream::Algorithm Communicator::chooseAlgorithm(const stream::CollectiveArgs& ar
                    [](const auto& x, const auto& y) { return x.first < y.first; });
   stream::Algorithm best = priced.front().second;
   double bestTime = priced.front().first;
-  std::vector<stream::Algorithm> byCost;
-  std::vector<double> predicted;
-  for (const auto& [t, a] : priced) {
-    byCost.push_back(a);
-    predicted.push_back(t);
-  }
-  if (const auto tuned = tunedAlgorithm(args, byCost, predicted)) {
-    if (!tuner_.decided({callBytes, args.codec}))
-      return *tuned;  // a trial: not remembered
-    best = *tuned;
-    const auto at = std::find(byCost.begin(), byCost.end(), best);
-    bestTime = at != byCost.end() ? predicted[at - byCost.begin()] : 0;
+  if (const auto tuned = tunedAlgorithm(args, priced)) {
+    if (tuned->trial)
+      return tuned->algorithm;  // not remembered: the next call of the size tries the next
+    best = tuned->algorithm;
+    for (const auto& [seconds, algorithm] : priced) {
+      if (algorithm == best)
+        bestTime = seconds;
+    }
   }
   if (best != lastChoice_) {
     GS_LOG_INFO("allreduce of %.0f bytes on %d ranks (%d hosts): algorithm %s (predicted %.1f us)",

@@ -297,12 +297,21 @@ class Communicator {
   /// rank must call it at the same point of its call sequence (the agreements above and the
   /// tuner's). Holds execMutex_.
   void agreeInternally(std::vector<int64_t>& values, ReduceOp op);
+  /// Schedules with their predicted seconds, cheapest first (chooseAlgorithm).
+  using PricedAlgorithms = std::vector<std::pair<double, stream::Algorithm>>;
+  struct TunedChoice {
+    stream::Algorithm algorithm;
+    bool trial;  // one of the trial calls: not to be remembered as the size's choice
+  };
   /// GS_ALGO_TUNE: the allreduce schedule measured among those the model prices close
   /// (control/algorithm_tuner.h); nullopt where tuning does not apply to this call.
-  std::optional<stream::Algorithm> tunedAlgorithm(const stream::CollectiveArgs& args,
-                                                  const std::vector<stream::Algorithm>& byCost,
-                                                  const std::vector<double>& predicted);
-  bool tuneHere() const;  // GS_ALGO_TUNE for this communicator's topology and links
+  std::optional<TunedChoice> tunedAlgorithm(const stream::CollectiveArgs& args,
+                                            const PricedAlgorithms& priced);
+  /// GS_ALGO_TUNE for this communicator's topology and links; computed at the first call
+  /// (from records that do not change after set-up) and kept.
+  bool tuneHere();
+  std::optional<bool> tuneHere_;    // guarded by execMutex_
+  bool crowdedOverNetwork() const;  // GS_ALGO_TUNE=crowded's test
   void progressLoop();
   void checkUsable() const;
   void recordCollective(const stream::CollectiveArgs& args, double seconds);
