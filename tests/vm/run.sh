@@ -15,8 +15,8 @@
 #
 # Exit status: CMD's; 77 when the harness cannot run here (reason on stderr; ctest: skipped);
 # 124 when --timeout (default 300 s, boot included) passed and QEMU was killed; 125 when the VM
-# failed to boot or to set up (the console log's tail goes to stderr). GS_VM_VERBOSE=1 also
-# copies the guest console to stderr.
+# failed to boot or to set up (either way the guest's phase marks, QEMU's errors and the console
+# log's tail go to stderr). GS_VM_VERBOSE=1 also copies the guest console to stderr.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -82,7 +82,6 @@ q() { printf "'%s'" "${1//\'/\'\\\'\'}"; }  # single-quoted for the guest's busy
 {
   echo "GS_VM_GUEST=$(q "$here/guest.sh")"
   echo "GS_VM_HOSTNAME=$(q "${HOSTNAME:-gs-vm}")"
-  if [[ ${GS_VM_VERBOSE:-0} == 1 ]]; then echo "GS_VM_TRACE=1"; fi
   if [[ -t 1 ]]; then echo "GS_VM_ONLCR=1"; fi
 } >"$ctl/config"
 virtfs=()
@@ -122,12 +121,21 @@ if [[ -t 1 ]]; then out_chardev=(-chardev file,id=out,path=/dev/stdout,append=on
 # shellcheck disable=SC2054  # commas belong to QEMU's option syntax
 qemu=(qemu-system-x86_64 -accel tcg,thread=multi -cpu max -machine q35 -smp 2 -m 2G
   -nodefaults -display none -nic none -no-reboot
-  -kernel "$kernel" -initrd "$initrd" -append "console=ttyS0 panic=-1 quiet ${GS_VM_KERNEL_ARGS-mitigations=off}"
+  -kernel "$kernel" -initrd "$initrd" -append "console=ttyS0 panic=-1 printk.time=1 ${GS_VM_KERNEL_ARGS-mitigations=off}"
   -chardev "file,id=con,path=$ctl/console.log" -serial chardev:con
   "${out_chardev[@]}" -serial chardev:out
   -virtfs "local,path=/,mount_tag=hostroot,security_model=none,multidevs=remap,readonly=on"
   -virtfs "local,path=$ctl,mount_tag=gsctl,security_model=none"
   "${virtfs[@]}")
+
+# The guest's phase marks (init and guest.sh append "UPTIME PHASE" to the control share).
+show_trace() {
+  if [[ -s $ctl/trace ]]; then
+    sed 's/^/vm trace: /' "$ctl/trace" >&2
+  else
+    echo "vm trace: (no phase reached: stalled in the kernel or before the control share mounted)" >&2
+  fi
+}
 
 start=$(date +%s.%N)
 # timeout(1) sends TERM to QEMU at the deadline and KILL 5 s later; $! is timeout itself, the
@@ -146,17 +154,23 @@ if [[ -f $ctl/rc ]]; then
   rc=$(<"$ctl/rc")
   times=$(cat "$ctl/times" 2>/dev/null || true)
   read -r ready end <<<"${times:-? ?}"
-  if [[ -f $ctl/trace ]]; then sed 's/^/vm trace: /' "$ctl/trace" >&2; fi
+  if [[ ${GS_VM_VERBOSE:-0} == 1 ]]; then show_trace; fi
   echo "vm: exit $rc; guest ready at ${ready} s, command done at ${end} s (guest clock), ${wall} s wall" >&2
   [[ $rc =~ ^[0-9]+$ ]] || rc=125
   exit "$rc"
 fi
+# A VM that stalled or failed: how far the guest got (its phase marks; none: the kernel or the
+# initramfs before the control share), QEMU's own complaints, and the kernel's last lines.
+post_mortem() {
+  show_trace
+  tail -n 5 "$ctl/qemu.err" 2>/dev/null | sed 's/^/vm qemu: /' >&2 || true
+  tail -n 30 "$ctl/console.log" 2>/dev/null | sed 's/^/vm console: /' >&2 || true
+}
 if ((status == 124 || status == 137)); then
   echo "vm: TIMEOUT: killed QEMU after ${timeout} s (${wall} s wall): $*" >&2
-  tail -n 20 "$ctl/console.log" 2>/dev/null | sed 's/^/vm console: /' >&2 || true
+  post_mortem
   exit 124
 fi
 echo "vm: FAILED: the VM ended (QEMU status $status, ${wall} s) without running the command" >&2
-tail -n 5 "$ctl/qemu.err" 2>/dev/null | sed 's/^/vm qemu: /' >&2 || true
-tail -n 30 "$ctl/console.log" 2>/dev/null | sed 's/^/vm console: /' >&2 || true
+post_mortem
 exit 125
