@@ -131,7 +131,7 @@ const std::vector<Entry>& table() {
       {{"GS_ALGO_TUNE", "crowded",
         "GS_ALGO=auto: crowded | always | off: time the schedules the cost model prices close "
         "on the first calls of each size and keep the fastest (crowded: only where a host's "
-        "ranks outnumber its cores and reach each other over the network)"},
+        "ranks outnumber its cores)"},
        [](Config& c, const std::string& v) {
          GS_CHECK(v == "crowded" || v == "always" || v == "off", Errc::kInvalidArgument,
                   "GS_ALGO_TUNE='%s' is unknown (crowded, always, off)", v.c_str());

@@ -53,14 +53,15 @@ stream::Algorithm AlgorithmTuner::nextTrial(const Key& key) {
   Trial* t = findTrial(key);
   GS_CHECK(t != nullptr && t->calls < totalCalls(*t), Errc::kInternal,
            "no trial left for an allreduce of %zu bytes", key.bytes);
-  // A round runs every candidate once, each round starting one candidate later, so that a
+  // A round runs a block of every candidate, each round starting one candidate later, so that a
   // trend (the first calls of a process run slower for a dozen calls or more: pages touched
   // the first time, caches, the scheduler placing the ranks) falls on every candidate alike;
-  // the first kWarmUpRounds rounds are not counted.
+  // the first kWarmUpRounds rounds are not counted, nor the first call of a block.
   const size_t n = t->candidates.size();
-  const size_t round = t->calls / n;
-  const size_t k = (t->calls % n + round) % n;
-  pendingMeasured_ = round >= static_cast<size_t>(kWarmUpRounds);
+  const size_t block = t->calls / kBlockCalls;
+  const size_t round = block / n;
+  const size_t k = (block % n + round) % n;
+  pendingMeasured_ = round >= static_cast<size_t>(kWarmUpRounds) && t->calls % kBlockCalls != 0;
   pendingCandidate_ = k;
   pendingKey_ = key;
   ++t->calls;

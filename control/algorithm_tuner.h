@@ -1,11 +1,13 @@
 #pragma once
 
 // GS_ALGO=auto, measured where the cost model is least sure (GS_ALGO_TUNE). For an allreduce
-// size whose schedules the model prices close together, the next calls of that size run each
-// close candidate in turn: kWarmUpRounds rounds (links made at first use, caches), then
-// kMeasuredRounds rounds whose times it keeps. Every rank then takes the same decision from the
-// slowest rank's median per candidate, agreed by one small allreduce that the communicator runs
-// before the next call of that size (agreementVector / decide), and keeps it for that size.
+// size whose schedules the model prices close together, the next calls of that size run the
+// close candidates in blocks of kBlockCalls consecutive calls of one candidate, in rounds that
+// give each candidate a block: kWarmUpRounds rounds (links made at first use, caches), then
+// kMeasuredRounds rounds whose times it keeps, all but each block's first call. Every rank then
+// takes the same decision from the slowest rank's median per candidate, agreed by one small
+// allreduce that the communicator runs before the next call of that size (agreementVector /
+// decide), and keeps it for that size.
 //
 // Why: where a host's ranks outnumber its cores, the schedules' measured order at 32 KiB-1 MiB
 // follows neither the model's latency nor its bandwidth terms (recursive doubling's two rounds
@@ -33,8 +35,15 @@ class AlgorithmTuner {
   /// Schedules priced within this factor of the cheapest are tried (at most kMaxCandidates).
   static constexpr double kCandidateFactor = 2.0;
   static constexpr size_t kMaxCandidates = 3;
-  static constexpr int kWarmUpRounds = 2;
-  static constexpr int kMeasuredRounds = 6;
+  /// Calls in a row of one candidate. The first call after a switch pays for the switch (the
+  /// previous schedule's credits and cache lines; over shm on crowded cores 2-5x a steady call)
+  /// and is dropped: a candidate is timed as it would run once chosen. Measured on 2 cores,
+  /// alternating every call ranked the schedules by chance over shm (docs/PERFORMANCE.md §10).
+  static constexpr int kBlockCalls = 4;
+  static constexpr int kWarmUpRounds = 1;
+  static constexpr int kMeasuredRounds = 4;
+  /// Times kept per candidate: the median of these decides.
+  static constexpr int kMeasuredCalls = kMeasuredRounds * (kBlockCalls - 1);
   /// Smaller calls are left to the model: over shm up to 16 KiB they take the mailboxes whatever
   /// the schedule, and a few microseconds of difference drown in the machine's noise.
   static constexpr size_t kMinBytes = 32 << 10;
@@ -93,7 +102,8 @@ class AlgorithmTuner {
   const Trial* findTrial(const Key& key) const;
   Trial* findTrial(const Key& key);
   size_t totalCalls(const Trial& t) const {
-    return t.candidates.size() * static_cast<size_t>(kWarmUpRounds + kMeasuredRounds);
+    return t.candidates.size() *
+           static_cast<size_t>((kWarmUpRounds + kMeasuredRounds) * kBlockCalls);
   }
 
   std::deque<Trial> trials_;

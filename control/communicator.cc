@@ -310,28 +310,18 @@ void Communicator::agreeInternally(std::vector<int64_t>& values, ReduceOp op) {
 
 bool Communicator::tuneHere() {
   if (!tuneHere_)
-    tuneHere_ =
-        config_.algoTune == "always" || (config_.algoTune == "crowded" && crowdedOverNetwork());
+    tuneHere_ = config_.algoTune == "always" || (config_.algoTune == "crowded" && crowdedHost());
   return *tuneHere_;
 }
 
-bool Communicator::crowdedOverNetwork() const {
-  // A crowded host whose ranks reach each other over the network. Where they share memory the
-  // trials mislead: measured on 2 cores over shm, the first calls of a size run 3-6x their
-  // steady time, alternating schedules slows each, and the tuned choice missed the fastest
-  // schedule in as many cells as the model alone (docs/PERFORMANCE.md §10). Decided from every
-  // rank's records (topology_, transports_), so every rank decides alike.
+bool Communicator::crowdedHost() const {
+  // Some host's ranks outnumber its cores: where the model's crowded terms are least sure
+  // (docs/PERFORMANCE.md §4, §10), over the network and over shared memory alike. Decided from
+  // every rank's records (topology_), so every rank decides alike.
   for (int h = 0; h < topology_.hosts(); ++h) {
     const int cores = topology_.coresOn(h);
-    const std::vector<int>& ranks = topology_.ranksOn(h);
-    if (cores <= 0 || static_cast<int>(ranks.size()) <= cores)
-      continue;
-    for (size_t i = 0; i < ranks.size(); ++i) {
-      for (size_t j = i + 1; j < ranks.size(); ++j) {
-        if (!shmBetween(transports_[ranks[i]], transports_[ranks[j]]))
-          return true;
-      }
-    }
+    if (cores > 0 && static_cast<int>(topology_.ranksOn(h).size()) > cores)
+      return true;
   }
   return false;
 }
@@ -371,7 +361,7 @@ std::optional<Communicator::TunedChoice> Communicator::tunedAlgorithm(
   GS_LOG_INFO(
       "allreduce of %zu bytes on %d ranks: measured %s (slowest rank, median of %d); "
       "runs %s (cost model: %s)",
-      callBytes, nranks_, describeTrials(d).c_str(), AlgorithmTuner::kMeasuredRounds,
+      callBytes, nranks_, describeTrials(d).c_str(), AlgorithmTuner::kMeasuredCalls,
       stream::algorithmName(d.algorithm), stream::algorithmName(priced.front().second));
   return TunedChoice{d.algorithm, false};
 }

@@ -310,8 +310,8 @@ class Communicator {
   /// GS_ALGO_TUNE for this communicator's topology and links; computed at the first call
   /// (from records that do not change after set-up) and kept.
   bool tuneHere();
-  std::optional<bool> tuneHere_;    // guarded by execMutex_
-  bool crowdedOverNetwork() const;  // GS_ALGO_TUNE=crowded's test
+  std::optional<bool> tuneHere_;  // guarded by execMutex_
+  bool crowdedHost() const;       // GS_ALGO_TUNE=crowded's test
   void progressLoop();
   void checkUsable() const;
   void recordCollective(const stream::CollectiveArgs& args, double seconds);

@@ -1,8 +1,8 @@
-// GS_ALGO_TUNE's bookkeeping (control/algorithm_tuner.h), fed times directly: the trial order,
-// the warm-up round left out, the medians every rank agrees on, the decision that keeps the
-// model's choice unless another is clearly faster, and ranks that disagree still deciding alike.
-// The communicator's side (agreement allreduce, real ranks) is AutoAlgorithm.* in
-// tests/unit/capi/collectives_test.cc.
+// GS_ALGO_TUNE's bookkeeping (control/algorithm_tuner.h), fed times directly: the trial order
+// in blocks, the warm-up round and each block's first call left out, the medians every rank agrees
+// on, the decision that keeps the model's choice unless another is clearly faster, and ranks that
+// disagree still deciding alike. The communicator's side (agreement allreduce, real ranks) is
+// AutoAlgorithm.* in tests/unit/capi/collectives_test.cc.
 #include "control/algorithm_tuner.h"
 
 #include <vector>
@@ -14,8 +14,21 @@ namespace {
 
 using stream::Algorithm;
 
+// Call i of a trial: its candidate's index among n, and whether its time must be left out (a
+// warm-up round, or the first call of a block: the switch from another schedule).
+struct TrialCall {
+  size_t candidate;
+  bool dropped;
+};
+TrialCall trialCall(size_t i, size_t n) {
+  const size_t block = i / AlgorithmTuner::kBlockCalls;
+  const size_t round = block / n;
+  return {(block % n + round) % n, round < static_cast<size_t>(AlgorithmTuner::kWarmUpRounds) ||
+                                       i % AlgorithmTuner::kBlockCalls == 0};
+}
+
 // Runs every trial of `key`, timing candidate k's measured calls at timesUs[k] and every
-// warm-up call at 100 ms, and returns the order the calls ran in.
+// left-out call at 100 ms, and returns the order the calls ran in.
 std::vector<Algorithm> runTrials(AlgorithmTuner& t,
                                  const AlgorithmTuner::Key& key,
                                  const std::vector<Algorithm>& candidates,
@@ -27,10 +40,10 @@ std::vector<Algorithm> runTrials(AlgorithmTuner& t,
     size_t k = 0;
     while (candidates[k] != a)
       ++k;
-    // The warm-up rounds are slow (links made at first use): they must not count.
-    const bool warmUp =
-        order.size() <= candidates.size() * static_cast<size_t>(AlgorithmTuner::kWarmUpRounds);
-    t.record((warmUp ? 100000 : timesUs[k]) * 1000);
+    // The warm-up rounds are slow (links made at first use), a block's first call pays for the
+    // switch: neither may count.
+    const bool dropped = trialCall(order.size() - 1, candidates.size()).dropped;
+    t.record((dropped ? 100000 : timesUs[k]) * 1000);
   }
   return order;
 }
@@ -51,14 +64,16 @@ TEST(AlgorithmTuner, TriesEachCandidateInRoundsThenKeepsTheFastest) {
   t.begin(key, c);
   EXPECT_TRUE(t.inTrial(key));
   const auto order = runTrials(t, key, c, {280, 170, 550});
-  ASSERT_EQ(order.size(),
-            c.size() * (AlgorithmTuner::kWarmUpRounds + AlgorithmTuner::kMeasuredRounds));
-  // Every round runs each candidate once, each round starting one candidate later.
+  ASSERT_EQ(order.size(), c.size() * AlgorithmTuner::kBlockCalls *
+                              (AlgorithmTuner::kWarmUpRounds + AlgorithmTuner::kMeasuredRounds));
+  // Every round runs a block of each candidate, each round starting one candidate later.
   for (size_t i = 0; i < order.size(); ++i)
-    EXPECT_EQ(order[i], c[(i % c.size() + i / c.size()) % c.size()]) << "call " << i;
+    EXPECT_EQ(order[i], c[trialCall(i, c.size()).candidate]) << "call " << i;
+  EXPECT_EQ(order[0], order[AlgorithmTuner::kBlockCalls - 1]) << "the first block switched";
+  EXPECT_NE(order[0], order[AlgorithmTuner::kBlockCalls]) << "the second block did not switch";
   const auto words = t.agreementVector(key);
   ASSERT_EQ(words.size(), AlgorithmTuner::kAgreementWords);
-  EXPECT_EQ(words[0], 280000);  // medians of the measured rounds: the warm-up left out
+  EXPECT_EQ(words[0], 280000);  // medians of the measured calls: the left-out ones are slow
   EXPECT_EQ(words[1], 170000);
   const auto d = t.decide(key, words);
   EXPECT_TRUE(d.consistent);
