@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # gradstream's reduce, all-to-all and point-to-point against OpenMPI's MPI_Reduce, MPI_Alltoall
-# and MPI_Sendrecv (each rank to the next, from the previous: nccl-tests' sendrecv), measured in
+# and MPI_Sendrecv (each rank to the next, from the previous: nccl-tests' sendrecv), and with
+# COLLS=send one-way messages (MPI_Send / MPI_Recv, even rank to the next), measured in
 # the same run on this host: median time per call (slowest rank), over shared memory (gradstream
 # GS_SHM=1 vs OpenMPI's vader BTL) and over tcp on 127.0.0.1 (GS_SHM=0 vs the tcp BTL).
 # Prints one table per collective and rank count: size, both times, mpi/gs (> 1: gradstream is
@@ -15,7 +16,8 @@ build=${GS_BUILD_DIR:-$root/build}
 perf=$build/tools/gradstream-perf
 mpi=$build/bench/mpi_allreduce
 [[ -x $perf ]] || { echo "parity.sh: $perf missing (build first)" >&2; exit 1; }
-[[ -x $mpi ]] || "$root/bench/build_peers.sh" >&2
+# Rebuilds the peer only when its sources changed (a missing Gloo is not this script's concern).
+"$root/bench/build_peers.sh" "$build/bench" >&2 || [[ -x $mpi ]]
 # Warm-up: 8 calls, so that every receive slot (GS_SLOTS_PER_PEER = 8) has been written once
 # before the timing: the first write into each slot page faults (2 ranks, 256 KiB reduce over shm:
 # the first 5-7 calls took 150-220 us, then 24; with -w 2 the median was 414-497 us).

@@ -81,8 +81,7 @@ bool Engine::Run::postSends(size_t li) {
         if (op.peerCopies)
           inOurMemory = op.source;
       }
-      peerRead = inOurMemory != nullptr && wireBytes >= singleCopyMin &&
-                 link.connection().peerReadsOurMemory();
+      peerRead = inOurMemory != nullptr && leftForPeer(op, wireBytes, link);
       if (peerRead) {
         // Single copy: the peer copies the payload out of our memory itself; only the header
         // and where the payload is travel (format::kChunkFlagPeerMemory).

@@ -3,7 +3,8 @@
  * (see bench_common.h); --coll reduce runs MPI_Reduce to rank 0 instead, --coll alltoall
  * MPI_Alltoall (size: the whole send buffer, size/N bytes per peer, as gradstream-perf counts
  * it), --coll sendrecv MPI_Sendrecv to the next rank from the previous one (nccl-tests'
- * sendrecv pattern, as gradstream-perf runs it). The transport is whatever mpirun selects; bench/peers.sh pins OpenMPI to TCP on lo:
+ * sendrecv pattern, as gradstream-perf runs it), --coll send MPI_Send from each even rank to
+ * the next, MPI_Recv there (one way, as gradstream-perf's --coll send). The transport is whatever mpirun selects; bench/peers.sh pins OpenMPI to TCP on lo:
  *
  *   mpirun --allow-run-as-root --oversubscribe --bind-to none -np N \
  *          --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo mpi_allreduce [flags]
@@ -33,9 +34,10 @@ int main(int argc, char** argv) {
     nrest = 0;
   }
   const int reduce = strcmp(coll, "reduce") == 0, alltoall = strcmp(coll, "alltoall") == 0;
-  const int sendrecv = strcmp(coll, "sendrecv") == 0;
+  const int sendrecv = strcmp(coll, "sendrecv") == 0, send = strcmp(coll, "send") == 0;
   if (!ok || nrest != 0 ||
-      (!reduce && !alltoall && !sendrecv && strcmp(coll, "allreduce") != 0)) {
+      (!reduce && !alltoall && !sendrecv && !send && strcmp(coll, "allreduce") != 0) ||
+      ((sendrecv || send) && n < 2)) {
     if (rank == 0)
       bench_usage(argv[0], NULL);
     free(rest);
@@ -60,6 +62,7 @@ int main(int argc, char** argv) {
              reduce     ? "MPI_Reduce"
              : alltoall ? "MPI_Alltoall"
              : sendrecv ? "MPI_Sendrecv"
+             : send     ? "MPI_Send/MPI_Recv"
                         : "MPI_Allreduce",
              lib);
     bench_print_header(peer, &args, n);
@@ -67,6 +70,8 @@ int main(int argc, char** argv) {
 
   const int total = args.warmup + args.iters;
   const int next = (rank + 1) % n, prev = (rank + n - 1) % n; /* sendrecv's peers */
+  /* send: even ranks send to the next, odd ones receive; an odd last rank sits out. */
+  const int sends = rank % 2 == 0 && rank + 1 < n, receives = rank % 2 == 1;
   double* times = malloc(sizeof(double) * (size_t)args.iters);
   for (size_t bytes = bench_next_size(&args, 0); bytes != 0;
        bytes = bench_next_size(&args, bytes)) {
@@ -95,6 +100,12 @@ int main(int argc, char** argv) {
       else if (sendrecv)
         MPI_Sendrecv(buf, (int)count, MPI_FLOAT, next, 0, out, (int)count, MPI_FLOAT, prev, 0,
                      MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      else if (send && sends)
+        MPI_Send(buf, (int)count, MPI_FLOAT, next, 0, MPI_COMM_WORLD);
+      else if (send && receives)
+        MPI_Recv(out, (int)count, MPI_FLOAT, prev, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      else if (send)
+        ;
       else
         MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       double t1 = bench_now_us();
@@ -108,9 +119,11 @@ int main(int argc, char** argv) {
             for (size_t k = 0; k < block; k++)
               w += out[(size_t)i * block + k] != bench_value((size_t)rank * block + k, i);
           }
-        } else if (sendrecv) { /* the previous rank's buffer */
+        } else if (sendrecv || (send && receives)) { /* the previous rank's buffer */
           for (size_t k = 0; k < count; k++)
             w += out[k] != bench_value(k, prev);
+        } else if (send) {
+          /* senders and a rank sitting out check nothing */
         } else if (!reduce || rank == 0) {
           w = bench_count_wrong(reduce ? out : buf, count, n);
         }

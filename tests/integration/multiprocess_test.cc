@@ -314,6 +314,7 @@ std::vector<PerfCase> perfCases(const char* transport) {
       {"AllgatherUint8InPlace", {"--coll", "allgather", "-d", "uint8", "--inplace"}},
       {"BroadcastFloat64Root1", {"--coll", "broadcast", "-d", "float64", "-r", "1"}},
       {"BroadcastInt32InPlace", {"--coll", "broadcast", "-d", "int32", "--inplace"}},
+      {"SendOneWayFloat16", {"--coll", "send", "-d", "float16"}},
       // Many chunks per step (more than a group of slots) on links that carry several steps:
       // both ends must queue them alike (a 16 MiB tree allreduce once failed on this).
       {"AllreduceTreeManyChunks",
@@ -418,6 +419,31 @@ bool crossMemoryAttachAllowed() {
   return ok;
 }
 
+// Runs gradstream-perf over shm with GS_SHM_SINGLE_COPY=setting and the given arguments,
+// checks that it passed with exact results, and returns the single_copy_bytes it printed.
+long long singleCopiedBytes(const std::vector<std::string>& args, const char* setting) {
+  TempDir dir;
+  EXPECT_FALSE(dir.path().empty());
+  std::vector<std::string> argv = {GS_PERF_EXE, "-n", "3", "-w", "1", "-c", "1", "--timeout", "25"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::string context = std::string("GS_SHM_SINGLE_COPY=") + setting;
+  for (const auto& a : argv)
+    context += " " + a;
+  Child perf("perf", argv,
+             {{"GS_TIMEOUT_MS", "10000"}, {"GS_SHM", "1"}, {"GS_SHM_SINGLE_COPY", setting}},
+             dir.path());
+  EXPECT_TRUE(perf.started()) << context;
+  if (!perf.started())
+    return -1;
+  const bool exited = perf.waitUntil(after(28));
+  context += "\n" + perf.describe();
+  EXPECT_TRUE(exited) << context;
+  EXPECT_EQ(perf.code(), 0) << context;
+  EXPECT_EQ(perfTransport(perf.out()), "shm") << context;
+  expectPerfTableClean(perf.out(), context);
+  return perfSingleCopyBytes(perf.out());
+}
+
 // Over shm, chunks of 64 KiB and more that the receiver keeps as they are (all-to-all,
 // messages, gathers, allreduce's gathering phase) are copied once, by the receiver, out of the
 // sender's memory; the ring at 3 ranks also forwards from where it copied them. Results are
@@ -433,35 +459,40 @@ TEST(SingleCopy, LargeChunksBetweenProcessesAreCopiedOnceAndExactly) {
     int ranks;
   };
   for (const Case& c : {Case{"alltoall", 2}, Case{"sendrecv", 2}, Case{"allgather", 3},
-                        Case{"allreduce", 2}, Case{"broadcast", 2}}) {
+                        Case{"allreduce", 2}, Case{"broadcast", 2}, Case{"send", 2}}) {
     for (const char* setting : {"1", "0"}) {
-      TempDir dir;
-      ASSERT_FALSE(dir.path().empty());
-      const std::vector<std::string> argv = {GS_PERF_EXE, "--ranks", std::to_string(c.ranks),
-                                             "--coll",    c.coll,    "-b",
-                                             "4K",        "-e",      "4M",
-                                             "-f",        "32",      "-n",
-                                             "3",         "-w",      "1",
-                                             "-c",        "1",       "--timeout",
-                                             "25"};
-      Child perf("perf", argv,
-                 {{"GS_TIMEOUT_MS", "10000"}, {"GS_SHM", "1"}, {"GS_SHM_SINGLE_COPY", setting}},
-                 dir.path());
-      ASSERT_TRUE(perf.started());
-      const bool exited = perf.waitUntil(after(28));
-      const std::string context = std::string("GS_SHM_SINGLE_COPY=") + setting + " " + c.coll +
-                                  " at " + std::to_string(c.ranks) + " ranks\n" + perf.describe();
-      ASSERT_TRUE(exited) << context;
-      EXPECT_EQ(perf.code(), 0) << context;
-      EXPECT_EQ(perfTransport(perf.out()), "shm") << context;
-      expectPerfTableClean(perf.out(), context);
-      const long long copied = perfSingleCopyBytes(perf.out());
+      const long long copied = singleCopiedBytes({"--ranks", std::to_string(c.ranks), "--coll",
+                                                  c.coll, "-b", "4K", "-e", "4M", "-f", "32"},
+                                                 setting);
       if (std::string(setting) == "1" && allowed)
-        EXPECT_GT(copied, 0) << context;
+        EXPECT_GT(copied, 0) << c.coll << " at " << c.ranks << " ranks";
       else
-        EXPECT_EQ(copied, 0) << context;
+        EXPECT_EQ(copied, 0) << c.coll << " at " << c.ranks
+                             << " ranks, GS_SHM_SINGLE_COPY=" << setting;
     }
   }
+}
+
+// A rank that receives nothing in a call (a one-way send, a broadcast's root) copies its
+// chunks of a transfer from 256 KiB into the shared slots itself, beside the receiver's copy
+// out of the previous chunk: the receiver's page-by-page read of the sender's memory alone was
+// the slower (engine_run.h, leftForPeer). A smaller one-way transfer, and one where both ends
+// receive, are still copied once.
+TEST(SingleCopy, OneWayTransfersFromAQuarterMebibyteAreCopiedByBothEnds) {
+  if (!crossMemoryAttachAllowed())
+    GTEST_SKIP() << "process_vm_readv is not permitted here: nothing is single-copied";
+  for (const char* coll : {"send", "broadcast"}) {
+    EXPECT_EQ(singleCopiedBytes(
+                  {"--ranks", "2", "--coll", coll, "-b", "256K", "-e", "4M", "-f", "4"}, "1"),
+              0)
+        << coll << ": one way, 256 KiB-4 MiB";
+    EXPECT_GT(singleCopiedBytes({"--ranks", "2", "--coll", coll, "-b", "128K", "-e", "128K"}, "1"),
+              0)
+        << coll << ": one way, 128 KiB";
+  }
+  EXPECT_GT(singleCopiedBytes({"--ranks", "2", "--coll", "sendrecv", "-b", "4M", "-e", "4M"}, "1"),
+            0)
+      << "sendrecv: both ways, 4 MiB";
 }
 
 // ------------------------------------------------------------------------------------------

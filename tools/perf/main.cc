@@ -68,6 +68,10 @@ struct Bench {
   // receives the previous rank's, all pairs at once.
   int nextRank() const { return (rank + 1) % nranks; }
   int prevRank() const { return (rank + nranks - 1) % nranks; }
+  // send (one way, as pipeline stages hand on activations): even rank r sends its buffer to
+  // r + 1, which receives it; with an odd number of ranks the last one sits the calls out.
+  bool sendsOneWay() const { return rank % 2 == 0 && rank + 1 < nranks; }
+  bool receivesOneWay() const { return rank % 2 == 1; }
 
   // Both halves posted before either is waited for: a blocking gs_send completes only once the
   // peer's receive took the message, so send-then-recv on every rank would wait in a cycle.
@@ -79,6 +83,13 @@ struct Bench {
     GS_TRY(gs_wait(in, -1));
     GS_TRY(gs_request_free(out));
     GS_TRY(gs_request_free(in));
+  }
+
+  void sendOneWay(const void* send, void* recv, size_t count, CUstream_st* stream) {
+    if (sendsOneWay())
+      GS_TRY(gs_send(send, count, o.dtype, rank + 1, comm, stream));
+    else if (receivesOneWay())
+      GS_TRY(gs_recv(recv, count, o.dtype, rank - 1, comm, stream));
   }
 
   // send and recv are host views. For device buffers the call returns with the result copies
@@ -99,6 +110,8 @@ struct Bench {
       GS_TRY(gs_alltoall(send, recv, count, o.dtype, comm, stream));
     else if (o.coll == "sendrecv")
       sendRecvOnce(send, recv, count, stream);
+    else if (o.coll == "send")
+      sendOneWay(send, recv, count, stream);
     else
       GS_TRY(gs_broadcast(send, recv, count, o.dtype, o.root, comm, stream));
   }
@@ -206,6 +219,14 @@ struct Bench {
       return countWrong(recv, o.dtype, count, 0, 0,
                         [&](size_t i) { return contribution(GS_SUM, prevRank(), i); });
     }
+    if (o.coll == "send") {  // an odd rank holds its even neighbour's buffer
+      fillContribution(send, o.dtype, GS_SUM, rank, count, 0);
+      runChecked(send, count, recv, count, recv, receivesOneWay() ? count : 0);
+      if (!receivesOneWay())
+        return 0;
+      return countWrong(recv, o.dtype, count, 0, 0,
+                        [&](size_t i) { return contribution(GS_SUM, rank - 1, i); });
+    }
     if (o.coll == "allgather") {
       fillContribution(send, o.dtype, GS_SUM, rank, count, 0);
       runChecked(send, count, recv, count, recv, count * nranks);
@@ -308,9 +329,9 @@ struct Bench {
       wrong = sumOverRanks(wrong);
       totalWrong += wrong;
       const double algbw = us > 0 ? static_cast<double>(sizeBytes) / us / 1e3 : 0;
-      // nccl-tests' bus bandwidth factors; sendrecv moves each byte over one link once.
+      // nccl-tests' bus bandwidth factors; sendrecv and send move each byte over one link once.
       const double factor = o.coll == "allreduce" ? 2.0 * (nranks - 1) / nranks
-                            : rooted() || o.coll == "sendrecv"
+                            : rooted() || o.coll == "sendrecv" || o.coll == "send"
                                 ? 1.0
                                 : static_cast<double>(nranks - 1) / nranks;
       if (rank == 0) {
@@ -391,12 +412,14 @@ int main(int argc, char** argv) {
   GS_TRY(gs_comm_size(comm, &nranks));
   if (o.root < 0 || o.root >= nranks)
     usage("root out of range");
-  if (o.coll == "sendrecv" && nranks < 2)
-    usage("--coll sendrecv needs two ranks or more (a rank does not message itself)");
-  if (o.coll == "sendrecv" && o.inPlace)
+  const bool messages = o.coll == "sendrecv" || o.coll == "send";
+  if (messages && nranks < 2)
     usage(
-        "--coll sendrecv cannot run in place (the message received would overwrite the one "
-        "being sent)");
+        ("--coll " + o.coll + " needs two ranks or more (a rank does not message itself)").c_str());
+  if (messages && o.inPlace)
+    usage(("--coll " + o.coll +
+           " cannot run in place (the message received would overwrite the one being sent)")
+              .c_str());
   if (rank != 0) {
     // Only rank 0 prints the table.
     if (!freopen("/dev/null", "w", stdout))

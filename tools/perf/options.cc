@@ -11,11 +11,11 @@
           "usage: gradstream-perf [--ranks N] [-b bytes] [-e bytes] [-f factor] [-n iters]\n"
           "       [-w warmup] [-c 0|1] [-d float32|float16|bfloat16|float64|int32|int64|uint8]\n"
           "       [-o sum|avg|min|max|prod] [--coll allreduce|reduce_scatter|allgather|\n"
-          "       broadcast|reduce|alltoall|sendrecv] [-r root] [--inplace] [--timeout seconds] "
-          "[--device "
-          "host|cuda]\n"
-          "       [--timeline FILE] [--register]\n"
+          "       broadcast|reduce|alltoall|sendrecv|send] [-r root] [--inplace]\n"
+          "       [--timeout seconds] [--device host|cuda] [--timeline FILE] [--register]\n"
           "Sizes take K/M/G suffixes. Transport and tuning come from GS_* variables.\n"
+          "--coll sendrecv: every rank sends to the next and receives from the previous (a ring);\n"
+          "       send: one way, even rank r sends to r + 1 (an odd last rank sits out).\n"
           "--device cuda: send/recv buffers in CUDA device memory (device LOCAL_RANK mod the\n"
           "       device count), one stream per rank given to the collectives; each timed\n"
           "       iteration includes the stream synchronization, so the time is until the result\n"
@@ -151,7 +151,8 @@ Options parseOptions(int argc, char** argv) {
   if (o.factor <= 1 || o.iters < 1 || o.warmup < 0 || o.minBytes > o.maxBytes)
     usage("bad sweep");
   if (o.coll != "allreduce" && o.coll != "reduce_scatter" && o.coll != "allgather" &&
-      o.coll != "broadcast" && o.coll != "reduce" && o.coll != "alltoall" && o.coll != "sendrecv") {
+      o.coll != "broadcast" && o.coll != "reduce" && o.coll != "alltoall" && o.coll != "sendrecv" &&
+      o.coll != "send") {
     usage("unknown collective");
   }
   return o;
