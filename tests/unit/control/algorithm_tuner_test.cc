@@ -5,6 +5,7 @@
 // AutoAlgorithm.* in tests/unit/capi/collectives_test.cc.
 #include "control/algorithm_tuner.h"
 
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -69,6 +70,23 @@ TEST(AlgorithmTuner, TriesEachCandidateInRoundsThenKeepsTheFastest) {
   // Every round runs a block of each candidate, each round starting one candidate later.
   for (size_t i = 0; i < order.size(); ++i)
     EXPECT_EQ(order[i], c[trialCall(i, c.size()).candidate]) << "call " << i;
+  // The same order written out, apart from the formula above: a block per letter (h:
+  // halving-doubling, d: recursive doubling, r: ring), a round per group, the first the warm-up.
+  static_assert(AlgorithmTuner::kBlockCalls == 4 && AlgorithmTuner::kWarmUpRounds == 1 &&
+                    AlgorithmTuner::kMeasuredRounds == 4,
+                "the written-out order below is for blocks of 4 calls and 1 + 4 rounds");
+  std::string blocks;
+  for (size_t i = 0; i < order.size(); i += AlgorithmTuner::kBlockCalls) {
+    for (size_t j = i + 1; j < i + AlgorithmTuner::kBlockCalls; ++j)
+      EXPECT_EQ(order[j], order[i]) << "call " << j << " left its block";
+    blocks += order[i] == Algorithm::kHalvingDoubling     ? 'h'
+              : order[i] == Algorithm::kRecursiveDoubling ? 'd'
+                                                          : 'r';
+    if ((i / AlgorithmTuner::kBlockCalls) % c.size() == c.size() - 1 &&
+        i + AlgorithmTuner::kBlockCalls < order.size())
+      blocks += ' ';
+  }
+  EXPECT_EQ(blocks, "hdr drh rhd hdr drh");
   EXPECT_EQ(order[0], order[AlgorithmTuner::kBlockCalls - 1]) << "the first block switched";
   EXPECT_NE(order[0], order[AlgorithmTuner::kBlockCalls]) << "the second block did not switch";
   const auto words = t.agreementVector(key);
