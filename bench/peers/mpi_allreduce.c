@@ -4,7 +4,8 @@
  * MPI_Alltoall (size: the whole send buffer, size/N bytes per peer, as gradstream-perf counts
  * it), --coll sendrecv MPI_Sendrecv to the next rank from the previous one (nccl-tests'
  * sendrecv pattern, as gradstream-perf runs it), --coll send MPI_Send from each even rank to
- * the next, MPI_Recv there (one way, as gradstream-perf's --coll send). The transport is whatever mpirun selects; bench/peers.sh pins OpenMPI to TCP on lo:
+ * the next, MPI_Recv there (one way, as gradstream-perf's --coll send). The transport is
+ * whatever mpirun selects; bench/peers.sh pins OpenMPI to TCP on lo:
  *
  *   mpirun --allow-run-as-root --oversubscribe --bind-to none -np N \
  *          --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo mpi_allreduce [flags]
@@ -100,13 +101,12 @@ int main(int argc, char** argv) {
       else if (sendrecv)
         MPI_Sendrecv(buf, (int)count, MPI_FLOAT, next, 0, out, (int)count, MPI_FLOAT, prev, 0,
                      MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      else if (send && sends)
-        MPI_Send(buf, (int)count, MPI_FLOAT, next, 0, MPI_COMM_WORLD);
-      else if (send && receives)
-        MPI_Recv(out, (int)count, MPI_FLOAT, prev, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      else if (send)
-        ;
-      else
+      else if (send) { /* an odd last rank sits out */
+        if (sends)
+          MPI_Send(buf, (int)count, MPI_FLOAT, next, 0, MPI_COMM_WORLD);
+        else if (receives)
+          MPI_Recv(out, (int)count, MPI_FLOAT, prev, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      } else
         MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       double t1 = bench_now_us();
       if (it < args.warmup)
@@ -122,9 +122,7 @@ int main(int argc, char** argv) {
         } else if (sendrecv || (send && receives)) { /* the previous rank's buffer */
           for (size_t k = 0; k < count; k++)
             w += out[k] != bench_value(k, prev);
-        } else if (send) {
-          /* senders and a rank sitting out check nothing */
-        } else if (!reduce || rank == 0) {
+        } else if (!send && (!reduce || rank == 0)) { /* a sender has nothing to check */
           w = bench_count_wrong(reduce ? out : buf, count, n);
         }
         if (w > wrong)
