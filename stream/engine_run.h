@@ -84,6 +84,33 @@ struct Engine::Run {
   };
   // Calls up to this size batch their rounds' posts (PostBatch).
   static constexpr size_t kPostBatchMaxBytes = 64 << 10;
+  // The chunks one postSends pass posts to a link, held and written together at its end
+  // (Connection::beginGather; tcp: one writev per socket instead of one per chunk, and the
+  // kernel's copy costs the sender less per byte in larger writes: a 1 MiB one-way send in 4
+  // chunks took 4 x 58 us of writes, gathered 2 x 61-73). Raw chunks only: they take no time
+  // to prepare, while holding chunks through the encoding of the next would delay what the
+  // peer could decode.
+  class Gather {
+   public:
+    Gather(transport::Connection& connection, bool active)
+        : connection_(connection), ended_(!active) {
+      if (active)
+        connection_.beginGather();
+    }
+    ~Gather() { end(); }
+    Gather(const Gather&) = delete;
+    Gather& operator=(const Gather&) = delete;
+    void end() {
+      if (ended_)
+        return;
+      ended_ = true;
+      connection_.endGather();
+    }
+
+   private:
+    transport::Connection& connection_;
+    bool ended_;
+  };
 
   struct LinkRun {
     Link* link = nullptr;

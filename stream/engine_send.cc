@@ -22,6 +22,10 @@ bool Engine::Run::postSends(size_t li) {
   LinkRun& lr = links[li];
   Link& link = *lr.link;
   bool progress = false;
+  // Only to a peer this run receives nothing from: where its chunks also arrive on the link, a
+  // long write keeps them waiting (tcp, 2 ranks, 4 MiB sendrecv: 2.3 ms a call gathered against
+  // 1.7-1.9 with a write per chunk).
+  Gather gather(link.connection(), lr.queues->recvs.empty());
   while (lr.posted < lr.queues->sends.size()) {
     SendOp& op = lr.queues->sends[lr.posted];
     if (!satisfied(op.depBegin, op.depEnd))
@@ -43,6 +47,7 @@ bool Engine::Run::postSends(size_t li) {
     const PlanMessage& msg = messageOf(op.message);
     const bool encode = op.forwardLink < 0 && codec != nullptr && op.count > 0 && !op.raw;
     if (encode) {
+      gather.end();  // what is held leaves before this chunk's encoding
       // Header, metadata and payload contiguous in this slot's staging: one segment.
       uint8_t* out = link.encodeStaging(slot);
       const uint64_t encodeStart = nowNs();

@@ -94,6 +94,13 @@ class Connection {
   /// nothing held.
   virtual void beginPostBatch() {}
   virtual void endPostBatch() {}
+  /// Between beginGather() and endGather() the caller posts writes back to back, with no
+  /// other work in between: a transport may hold them, large ones too, and send them together
+  /// at endGather() (tcp: one writev per socket; over loopback 4 chunks of 256 KiB written as
+  /// one 1 MiB writev took 144 us of the sender's time against 4 x 58 us one at a time).
+  /// poll() and endGather() send what a gather held. Default: nothing held.
+  virtual void beginGather() {}
+  virtual void endGather() {}
 
   /// Why the connection failed; empty while it is healthy.
   virtual std::string errorMessage() const = 0;

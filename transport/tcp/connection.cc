@@ -142,6 +142,10 @@ PostResult Connection::enqueue(const SendOp& op) {
   ch->queuedBytes += op.total;
   if (batching_ && op.total <= kBatchedFrameBytes)
     return PostResult::kOk;  // endPostBatch (or the next poll) writes it
+  if (gathering_) {
+    ch->gathered = true;  // endGather (or the next poll) writes it with the gather's others
+    return PostResult::kOk;
+  }
   // Write eagerly: a message leaves now instead of at the next poll. A large one does in a
   // batch too: held to the end of a round that reduces other chunks meanwhile, 256 KiB chunks
   // left late enough to cost a third of a 2-rank 16 MiB allreduce's bandwidth.
@@ -154,9 +158,22 @@ PostResult Connection::enqueue(const SendOp& op) {
 
 void Connection::endPostBatch() {
   batching_ = false;
+  flushHeld(false);
+}
+
+void Connection::endGather() {
+  gathering_ = false;
+  // Only the sockets the gather used: small frames a batch holds elsewhere wait for its end.
+  flushHeld(true);
+}
+
+void Connection::flushHeld(bool gatheredOnly) {
   for (auto& ch : channels_) {
     if (failed_)
       return;
+    if (gatheredOnly && !ch->gathered)
+      continue;
+    ch->gathered = false;
     if (ch->unwritten < ch->ops.size()) {
       flush(*ch);
       if (!failed_)

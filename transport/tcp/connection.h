@@ -50,6 +50,8 @@ class Connection final : public transport::Connection {
   size_t poll(std::span<Completion> out) override;
   void beginPostBatch() override { batching_ = true; }
   void endPostBatch() override;
+  void beginGather() override { gathering_ = true; }
+  void endGather() override;
   std::string errorMessage() const override;
 
   void appendReadinessFds(std::vector<pollfd>& fds) const override;
@@ -116,6 +118,7 @@ class Connection final : public transport::Connection {
     uint8_t* landedFrom = nullptr;  // dst while the payload goes there, else null
     Completion landing{};           // reported when the payload is complete
     bool closedByPeer = false;      // end of file seen between frames
+    bool gathered = false;          // holds frames of a gather (endGather writes them)
     // Whether a read may find bytes: false once a read came back short (the socket is
     // drained) or a readiness check said nothing is there; true again after each poll().
     bool mayHaveData = true;
@@ -136,6 +139,9 @@ class Connection final : public transport::Connection {
   Channel* chooseChannel(const SendOp& op);
   // Writes as much queued data as the kernel takes (bounded) and retires finished ops.
   void flush(Channel& ch);
+  // flush() and updateEvents() for every socket with unwritten frames (all: endPostBatch;
+  // those holding a gather's frames: endGather).
+  void flushHeld(bool gatheredOnly);
   void retire(Channel& ch);
   // Reads and dispatches incoming frames (bounded).
   void receive(Channel& ch);
@@ -161,6 +167,7 @@ class Connection final : public transport::Connection {
   Ring<PostedRecv> recvs_;
   size_t nextChannel_ = 0;  // round-robin start for choosing among equally loaded sockets
   bool batching_ = false;   // between beginPostBatch and endPostBatch: posts wait to be flushed
+  bool gathering_ = false;  // between beginGather and endGather: every post waits
   bool failed_ = false;
   bool errorReported_ = false;
   Errc failStatus_ = Errc::kOk;
