@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <span>
 
 #include "tests/unit/transport/test_util.h"
 
@@ -52,6 +53,18 @@ struct RawSocket {
   int fd = -1;
 };
 
+// Polls only the receiving end (rank 1's connection to rank 0: a poll of the sender would send
+// what it holds) until something lands there or `limit` passes; how many landed, into `out`.
+size_t pollReceiverUntilLanded(std::vector<Rank>& ranks,
+                               std::span<Completion> out,
+                               std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  size_t landed = 0;
+  while (landed == 0 && std::chrono::steady_clock::now() < until)
+    landed = ranks[1].peers[0]->poll(out);
+  return landed;
+}
+
 // In a post batch a tcp connection holds its frames until endPostBatch (or its next poll),
 // then sends them: the small frames of one batch share a socket, so they leave in one writev
 // and the peer reads them in one pass (a sendrecv's data and its receive notice).
@@ -69,14 +82,7 @@ TEST(TcpTransport, ABatchHoldsItsFramesUntilItEndsThenSendsThemAll) {
   // Held: the peer sees nothing however long it polls (the sender does not poll: its poll
   // would send them).
   Completion buf[8];
-  auto pollReceiver = [&](std::chrono::milliseconds limit) {
-    const auto until = std::chrono::steady_clock::now() + limit;
-    size_t landed = 0;
-    while (landed == 0 && std::chrono::steady_clock::now() < until)
-      landed = ranks[1].peers[0]->poll(buf);
-    return landed;
-  };
-  EXPECT_EQ(pollReceiver(200ms), 0u);
+  EXPECT_EQ(pollReceiverUntilLanded(ranks, buf, 200ms), 0u);
   conn.endPostBatch();
   ASSERT_TRUE(pump(ranks, [&] {
     return countKind(ranks[1], CompletionKind::kRemoteWrite) == 3 &&
@@ -86,7 +92,7 @@ TEST(TcpTransport, ABatchHoldsItsFramesUntilItEndsThenSendsThemAll) {
   ranks[1].completions.clear();
   LocalSegment seg{rs.get(), 0, 8};
   ASSERT_EQ(conn.postWrite({&seg, 1}, rd->remoteKey(), 0, 200, 9), PostResult::kOk);
-  ASSERT_EQ(pollReceiver(3000ms), 1u);
+  ASSERT_EQ(pollReceiverUntilLanded(ranks, buf, 3000ms), 1u);
   EXPECT_EQ(buf[0].imm, 200u);
 }
 
@@ -105,20 +111,13 @@ TEST(TcpTransport, AGatherHoldsLargeWritesUntilItEndsThenTheyLandWhole) {
   auto rd = ranks[1].device->allocateRegion(src.size());
   Connection& conn = *ranks[0].peers[1];
   Completion buf[8];
-  auto pollReceiver = [&](std::chrono::milliseconds limit) {
-    const auto until = std::chrono::steady_clock::now() + limit;
-    size_t landed = 0;
-    while (landed == 0 && std::chrono::steady_clock::now() < until)
-      landed = ranks[1].peers[0]->poll(buf);
-    return landed;
-  };
   conn.beginPostBatch();  // as a point-to-point run's round
   conn.beginGather();
   for (uint32_t i = 0; i < kChunks; ++i) {
     LocalSegment seg{rs.get(), i * kChunk, kChunk};
     ASSERT_EQ(conn.postWrite({&seg, 1}, rd->remoteKey(), i * kChunk, 300 + i, i), PostResult::kOk);
   }
-  EXPECT_EQ(pollReceiver(200ms), 0u) << "a gathered write left before endGather";
+  EXPECT_EQ(pollReceiverUntilLanded(ranks, buf, 200ms), 0u) << "a gathered write left early";
   conn.endGather();
   ranks[1].completions.clear();
   ASSERT_TRUE(pump(ranks, [&] {
@@ -132,10 +131,7 @@ TEST(TcpTransport, AGatherHoldsLargeWritesUntilItEndsThenTheyLandWhole) {
   LocalSegment seg{rs.get(), 0, kChunk};
   conn.beginPostBatch();
   ASSERT_EQ(conn.postWrite({&seg, 1}, rd->remoteKey(), 0, 400, 9), PostResult::kOk);
-  size_t landed = 0;
-  const auto until = std::chrono::steady_clock::now() + 3000ms;
-  while (landed == 0 && std::chrono::steady_clock::now() < until)
-    landed = ranks[1].peers[0]->poll(buf);
+  const size_t landed = pollReceiverUntilLanded(ranks, buf, 3000ms);
   conn.endPostBatch();
   ASSERT_EQ(landed, 1u);
   EXPECT_EQ(buf[0].imm, 400u);
