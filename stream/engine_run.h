@@ -89,27 +89,35 @@ struct Engine::Run {
   // kernel's copy costs the sender less per byte in larger writes: a 1 MiB one-way send in 4
   // chunks took 4 x 58 us of writes, gathered 2 x 61-73). Raw chunks only: they take no time
   // to prepare, while holding chunks through the encoding of the next would delay what the
-  // peer could decode.
+  // peer could decode. The gather begins at the pass's first chunk: a pass that posts nothing
+  // (most rounds of a rank waiting for credits) makes no transport call.
   class Gather {
    public:
-    Gather(transport::Connection& connection, bool active)
-        : connection_(connection), ended_(!active) {
-      if (active)
-        connection_.beginGather();
-    }
+    Gather(transport::Connection& connection, bool allowed)
+        : connection_(connection), allowed_(allowed) {}
     ~Gather() { end(); }
     Gather(const Gather&) = delete;
     Gather& operator=(const Gather&) = delete;
+    // Before a raw chunk's post: from here on the pass's posts are held.
+    void hold() {
+      if (allowed_ && !holding_) {
+        holding_ = true;
+        connection_.beginGather();
+      }
+    }
+    // What is held leaves now, and nothing more is held in this pass.
     void end() {
-      if (ended_)
-        return;
-      ended_ = true;
-      connection_.endGather();
+      allowed_ = false;
+      if (holding_) {
+        holding_ = false;
+        connection_.endGather();
+      }
     }
 
    private:
     transport::Connection& connection_;
-    bool ended_;
+    bool allowed_;
+    bool holding_ = false;
   };
 
   struct LinkRun {

@@ -100,6 +100,8 @@ bool Engine::Run::postSends(size_t li) {
       }
       nsegs = wireBytes > 0 && !peerRead ? 2 : 1;
     }
+    if (!encode)
+      gather.hold();
     const size_t dstOffset = slot * link.layout().slotBytes();
     PostResult r = link.connection().postWrite(
         std::span<const transport::LocalSegment>(segs, nsegs), link.peerSlots, dstOffset,
