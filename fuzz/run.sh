@@ -11,7 +11,10 @@ cmake -S "$root/fuzz" -B "$build" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE
 cmake --build "$build" -j "${JOBS:-2}" >/dev/null
 targets=(chunk_header_fuzzer decode_raw_fuzzer decode_fp16_fuzzer decode_bf16_fuzzer
          decode_fp8e4m3_fuzzer decode_fp8e5m2_fuzzer decode_int8_fuzzer decode_int4_fuzzer
-         decode_topk_fuzzer)
+         decode_topk_fuzzer wire_rendezvous_fuzzer wire_peer_info_fuzzer
+         wire_failure_notice_fuzzer wire_unique_id_fuzzer)
+# The control-plane targets start from valid messages (control_wire_seeds.cc).
+"$build/control_wire_seeds" "$build/corpus"
 failed=()
 for t in "${targets[@]}"; do
   corpus="$build/corpus/$t"
