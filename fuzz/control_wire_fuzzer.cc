@@ -24,6 +24,10 @@
 #include "control/unique_id.h"
 #include "stream/failure_notice.h"
 
+#ifndef GS_FUZZ_WIRE
+#error "define GS_FUZZ_WIRE: 0 rendezvous, 1 peer info, 2 failure notice, 3 unique id"
+#endif
+
 using namespace gs;
 
 namespace {
