@@ -7,8 +7,8 @@
 #        prometheus_e2e.sh fixture <gs-metrics-fixture>  two synthetic exporters (no engine)
 # Env: GS_E2E_ITERS (perf iterations at 64 MiB, default 250: ~10 s here), GS_E2E_KEEP=1 keeps the temp dir.
 # Exit 77 (ctest: skipped) when prometheus or python3 is missing or the build has no exporter.
-# Bounded: the workload gets 60 s, the whole test about 90 s; everything started is killed on
-# exit.
+# Bounded: Prometheus gets 20 s to be ready and 30 s to begin scraping (about 6 s here), the
+# workload 60 s (about 10 s), ctest 90 s for the whole; everything started is killed on exit.
 set -euo pipefail
 mode=${1:?mode perf|fixture}
 exe=${2:?executable}
