@@ -543,9 +543,10 @@ class Ranks {
 };
 
 // Waits until every rank has finished at least one allreduce of its loop (so all links are up
-// and traffic flows); fails the test when one exits first or 15 s pass.
+// and traffic flows); fails the test when one exits first or 30 s pass (a hang guard: 4 ranks
+// in the emulated RDMA guest took 11 s to get there with the host's cores busy elsewhere).
 void waitUntilEveryRankLooped(Ranks& ranks) {
-  const auto startDeadline = after(15);
+  const auto startDeadline = after(30);
   for (int r = 0; r < ranks.size(); ++r) {
     const std::string marker = "rank=" + std::to_string(r) + " iter=";
     while (ranks[r].out().find(marker) == std::string::npos) {
@@ -566,8 +567,11 @@ void verifiedLoop(const Env& extra, const std::string& transport) {
   ASSERT_GT(port, 0);
   // odd count: uneven chunks
   Ranks ranks(dir.path(), 4, port, "262147", "20", "10000", {}, extra);
+  // A bound against hangs, not a speed check: 0.4 s on the host, 14 s in the emulated RDMA guest
+  // (rdma.multiprocess), 21 s there with the host's two cores busy with other work; under the
+  // host tests' 60 s ctest limit, so that a hang still ends with the ranks' output.
   for (int r = 0; r < 4; ++r) {
-    ASSERT_TRUE(ranks[r].waitUntil(after(25))) << "rank " << r << " still running\n"
+    ASSERT_TRUE(ranks[r].waitUntil(after(45))) << "rank " << r << " still running\n"
                                                << ranks.describe();
   }
   for (int r = 0; r < 4; ++r) {
@@ -655,7 +659,11 @@ TEST(Crowding, RanksHeldToOneCpuCountItAndYield) {
 
 // transport: what every rank must report before the kill.
 void deadPeer(const Env& extra, const std::string& transport) {
-  constexpr int kRanks = 4, kVictim = 2, kTimeoutMs = 5000;
+  // The communicator's timeout also bounds init, which takes seconds for 4 ranks in the
+  // emulated RDMA guest (rdma.multiprocess; a clean-clone CI on a loaded host once failed there
+  // with every rank's "did not send its slot key in time" at 5 s). The kill itself must be
+  // noticed well inside the timeout, through the connections, never by it: kNoticeMs.
+  constexpr int kRanks = 4, kVictim = 2, kTimeoutMs = 20000, kNoticeMs = 8000;
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
   const int port = gs::support::freeLoopbackPort();
@@ -680,15 +688,14 @@ void deadPeer(const Env& extra, const std::string& transport) {
   ranks[kVictim].killGroup(SIGKILL);
   ASSERT_TRUE(ranks[kVictim].waitUntil(after(5)));
 
-  // Every survivor must notice within the timeout plus a margin for process exit.
-  const auto deadline = killed + std::chrono::milliseconds(kTimeoutMs + 3000);
+  // Every survivor must notice within kNoticeMs, process exit included.
+  const auto deadline = killed + std::chrono::milliseconds(kNoticeMs);
   for (int r = 0; r < kRanks; ++r) {
     if (r == kVictim)
       continue;
-    EXPECT_TRUE(ranks[r].waitUntil(deadline))
-        << "rank " << r << " still running " << (kTimeoutMs + 3000) << " ms after rank " << kVictim
-        << " was killed\n"
-        << ranks.describe();
+    EXPECT_TRUE(ranks[r].waitUntil(deadline)) << "rank " << r << " still running " << kNoticeMs
+                                              << " ms after rank " << kVictim << " was killed\n"
+                                              << ranks.describe();
   }
   const std::regex namesVictim("\\brank " + std::to_string(kVictim) + "\\b");
   for (int r = 0; r < kRanks; ++r) {
@@ -703,7 +710,7 @@ void deadPeer(const Env& extra, const std::string& transport) {
     EXPECT_EQ(ranks[r].code(), 5) << ranks.describe();
     EXPECT_TRUE(std::regex_search(res["message"], namesVictim))
         << "rank " << r << "'s message does not name rank " << kVictim << ": " << res["message"];
-    EXPECT_LE(seconds, kTimeoutMs / 1000.0 + 3.0);
+    EXPECT_LE(seconds, kNoticeMs / 1000.0);
     printf("rank %d: %s after %.3f s: %s\n", r, res["status"].c_str(), seconds,
            res["message"].c_str());
   }
