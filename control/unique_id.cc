@@ -48,10 +48,14 @@ std::array<uint8_t, UniqueId::kBytes> UniqueId::serialize() const {
   size_t addrLen = address.family == IpAddress::Family::kV4 ? 4 : 16;
   memcpy(out.data() + kOffAddress, address.bytes.data(), addrLen);
   memcpy(out.data() + kOffSecret, secret.data(), secret.size());
-  uint64_t sum = checksum(out.data());
-  for (int i = 0; i < 8; ++i)
-    out[kOffChecksum + i] = static_cast<uint8_t>(sum >> (8 * i));
+  writeChecksum(out);
   return out;
+}
+
+void UniqueId::writeChecksum(std::array<uint8_t, kBytes>& bytes) {
+  const uint64_t sum = checksum(bytes.data());
+  for (int i = 0; i < 8; ++i)
+    bytes[kOffChecksum + i] = static_cast<uint8_t>(sum >> (8 * i));
 }
 
 UniqueId UniqueId::parse(std::span<const uint8_t> bytes) {

@@ -23,6 +23,9 @@ struct UniqueId {
 
   /// Exactly kBytes bytes (layout in unique_id.cc); reserved bytes are zero.
   std::array<uint8_t, kBytes> serialize() const;
+  /// Writes the checksum of the layout's leading fields into `bytes`, as serialize() does (the
+  /// fuzzer signs its mutated ids with it, so they reach the fields behind the checksum).
+  static void writeChecksum(std::array<uint8_t, kBytes>& bytes);
   /// Validates magic, version, family, port, checksum and reserved bytes. Throws
   /// kInvalidArgument "unique id is invalid: <what is wrong>" on anything else (a unique id
   /// that was not made by gs_get_unique_id, was truncated, or was corrupted in transit).

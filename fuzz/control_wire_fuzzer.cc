@@ -10,6 +10,7 @@
 // trust), a sanitizer report or an over-read is a finding. Whatever a parser accepts must obey
 // the bounds the callers rely on and encode back to the very bytes it came from (or, for the
 // notice, to a notice that decodes the same), so no field is silently dropped or invented.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -17,7 +18,6 @@
 #include <span>
 #include <vector>
 
-#include "common/auth.h"
 #include "common/error.h"
 #include "control/bootstrap_wire.h"
 #include "control/peer_info.h"
@@ -135,8 +135,8 @@ void failureNotice(const uint8_t* data, size_t size) {
 }
 
 // The id's checksum stops almost every mutation at the door, so an input with a set low bit in
-// its first byte gets the checksum gs_get_unique_id would have written (the layout's SipHash
-// over bytes [0, 56) under the format's public key): mutations then reach the fields behind it.
+// its first byte gets the checksum gs_get_unique_id would have written
+// (UniqueId::writeChecksum): mutations then reach the fields behind it.
 void uniqueId(const uint8_t* data, size_t size) {
   using control::UniqueId;
   if (size < 1 + UniqueId::kBytes)
@@ -144,13 +144,8 @@ void uniqueId(const uint8_t* data, size_t size) {
   const bool sign = (data[0] & 1) != 0;
   std::array<uint8_t, UniqueId::kBytes> id;
   std::memcpy(id.data(), data + 1, id.size());
-  if (sign) {
-    static const uint8_t kKey[16] = {'g', 's', '-', 'u', 'n', 'i', 'q', 'u',
-                                     'e', '-', 'i', 'd', '-', 'v', '1', 0};
-    const uint64_t sum = sipHash24(kKey, id.data(), 56);
-    for (int i = 0; i < 8; ++i)
-      id[56 + i] = static_cast<uint8_t>(sum >> (8 * i));
-  }
+  if (sign)
+    UniqueId::writeChecksum(id);
   const UniqueId parsed = UniqueId::parse(id);
   if (parsed.port == 0 || parsed.address.isUnspecified())
     finding("a unique id without a rendezvous endpoint was accepted");
